@@ -1,0 +1,46 @@
+"""Backends: the subsystems a mount serves, chosen by name in the configuration."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .base import Knob, Objective, Sample, Subsystem
+
+
+def _sim_readahead(settings: dict) -> list[Subsystem]:
+    from .sim_readahead import SimReadahead
+
+    allowed = {"name", "seed", "tick_seconds", "phase_ticks", "noise", "critical_pressure",
+               "phases"}
+    unknown = set(settings) - allowed
+    if unknown:
+        raise ValueError(f"sim.readahead: unknown setting(s) {', '.join(sorted(unknown))}")
+    kwargs = dict(settings)
+    for key in ("phase_ticks", "phases"):
+        if key in kwargs:
+            kwargs[key] = tuple(kwargs[key])
+    return [SimReadahead(**kwargs)]
+
+
+FACTORIES: dict[str, Callable[[dict], list[Subsystem]]] = {
+    "sim.readahead": _sim_readahead,
+}
+
+
+def create_subsystems(entries: tuple[dict, ...] | list[dict]) -> list[Subsystem]:
+    """Build every configured subsystem; names must be unique."""
+    subsystems: list[Subsystem] = []
+    for entry in entries:
+        settings = dict(entry)
+        backend = settings.pop("backend")
+        factory = FACTORIES.get(backend)
+        if factory is None:
+            raise ValueError(f"unknown backend {backend!r} (known: {', '.join(FACTORIES)})")
+        subsystems.extend(factory(settings))
+    names = [s.name for s in subsystems]
+    if len(set(names)) != len(names):
+        raise ValueError(f"subsystem names repeat: {names}")
+    return subsystems
+
+
+__all__ = ["Knob", "Objective", "Sample", "Subsystem", "create_subsystems", "FACTORIES"]

@@ -1,0 +1,223 @@
+"""The `mlfs` command: mount, umount, status, train, demo."""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def default_state_dir(mountpoint: Path) -> Path:
+    """One state directory per mountpoint, so two mounts never share rows."""
+    real = os.path.realpath(mountpoint)
+    tag = real.strip("/").replace("/", "_") or "root"
+    tag = f"{tag[:80]}-{hashlib.sha1(real.encode()).hexdigest()[:8]}"
+    if os.geteuid() == 0:
+        base = Path("/var/lib/mlfs")
+    else:
+        base = Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local/state")) / "mlfs"
+    return base / tag
+
+
+def find_daemon(mountpoint: Path) -> int | None:
+    """The pid of the mlfs daemon serving `mountpoint` (its cmdline names it)."""
+    target = os.path.realpath(mountpoint)
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        args = [a.decode(errors="replace") for a in argv if a]
+        if "mlfs" not in " ".join(args[:3]) or "mount" not in args or "--foreground" not in args:
+            continue
+        index = args.index("mount")
+        if index + 1 < len(args) and os.path.realpath(args[index + 1]) == target:
+            return int(entry)
+    return None
+
+
+def cmd_mount(args: argparse.Namespace) -> int:
+    from .config import load_config
+
+    mountpoint = Path(args.mountpoint)
+    try:
+        config = load_config(args.config)
+    except (OSError, ValueError) as exc:
+        print(f"mlfs: configuration: {exc}", file=sys.stderr)
+        return 2
+    state_dir = Path(args.state_dir) if args.state_dir else default_state_dir(mountpoint)
+    if not mountpoint.is_dir():
+        try:
+            os.stat(mountpoint)
+        except OSError as exc:
+            if exc.errno != errno.ENOTCONN:
+                print(f"mlfs: {mountpoint}: not a directory", file=sys.stderr)
+                return 2
+    if args.foreground:
+        from . import daemon
+
+        state_dir.mkdir(parents=True, exist_ok=True)
+        daemon.setup_logging(state_dir, foreground=args.ready_fd is None)
+        return daemon.serve(mountpoint, config, state_dir, ready_fd=args.ready_fd)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    read_end, write_end = os.pipe()
+    command = [sys.executable, "-m", "mlfs", "mount", str(mountpoint), "--foreground",
+               "--state-dir", str(state_dir), "--ready-fd", str(write_end)]
+    if args.config:
+        command += ["--config", str(args.config)]
+    with open(state_dir / "mlfs.log", "ab") as log_file:
+        child = subprocess.Popen(command, pass_fds=(write_end,), stdin=subprocess.DEVNULL,
+                                 stdout=log_file, stderr=log_file, start_new_session=True)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as ready:
+        answer = ready.read(3)
+    if answer == b"ok\n":
+        print(f"mlfs: {mountpoint} mounted (pid {child.pid}, state {state_dir})")
+        return 0
+    child.wait(timeout=10)
+    print(f"mlfs: mount failed (exit {child.returncode}); see {state_dir / 'mlfs.log'}:",
+          file=sys.stderr)
+    tail = (state_dir / "mlfs.log").read_text(errors="replace").splitlines()[-15:]
+    print("\n".join(tail), file=sys.stderr)
+    return 1
+
+
+def cmd_umount(args: argparse.Namespace) -> int:
+    mountpoint = Path(args.mountpoint)
+    pid = find_daemon(mountpoint)
+    if pid is None:
+        try:
+            os.stat(mountpoint)
+        except OSError as exc:
+            if exc.errno == errno.ENOTCONN:
+                subprocess.run(["fusermount3", "-u", "-z", str(mountpoint)], check=False)
+                return 0
+        print(f"mlfs: no mlfs daemon serves {mountpoint}", file=sys.stderr)
+        return 1
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + args.timeout
+    while time.monotonic() < deadline:
+        if not Path(f"/proc/{pid}").exists() or _zombie(pid):
+            return 0
+        time.sleep(0.05)
+    print(f"mlfs: daemon {pid} did not stop in {args.timeout:g} s; unmounting lazily",
+          file=sys.stderr)
+    subprocess.run(["fusermount3", "-u", "-z", str(mountpoint)], check=False)
+    return 1
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z")
+    except (OSError, IndexError):
+        return True
+
+
+def _read(path: Path, default: str = "?") -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return default
+
+
+def collect_status(mountpoint: Path) -> dict:
+    out: dict = {"mountpoint": str(mountpoint), "version": _read(mountpoint / "version"),
+                 "subsystems": {}}
+    for sub in sorted(p for p in mountpoint.iterdir() if (p / "info").exists()):
+        info = json.loads(_read(sub / "info", "{}"))
+        entry = {"backend": info.get("backend"), "objective": _read(sub / "objective"),
+                 "knobs": {k: _read(sub / "knobs" / k) for k in info.get("knobs", {})},
+                 "portions": len(list((sub / "dataset").glob("*.parquet"))), "models": {}}
+        for model in sorted((sub / "models").iterdir()):
+            entry["models"][model.name] = {
+                name: _read(model / name)
+                for name in ("state", "mode", "mode_switching", "efficiency", "knobs")
+            }
+        out["subsystems"][sub.name] = entry
+    return out
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    mountpoint = Path(args.mountpoint)
+    try:
+        status = collect_status(mountpoint)
+    except OSError as exc:
+        print(f"mlfs: {mountpoint}: {exc.strerror}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(status, indent=2))
+        return 0
+    print(f"{status['version']} at {mountpoint}")
+    for name, sub in status["subsystems"].items():
+        knobs = " ".join(f"{k}={v}" for k, v in sub["knobs"].items())
+        print(f"\n{name} ({sub['backend']})  objective {sub['objective']}  {knobs}  "
+              f"portions {sub['portions']}")
+        if not sub["models"]:
+            print("  no models (mkdir models/<name> to create one)")
+            continue
+        print(f"  {'model':<16} {'state':<12} {'mode':<15} {'switching':<10} "
+              f"{'efficiency':>10}  knobs")
+        for model, m in sub["models"].items():
+            print(f"  {model:<16} {m['state']:<12} {m['mode']:<15} {m['mode_switching']:<10} "
+                  f"{m['efficiency']:>10}  {m['knobs']}")
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from trainers.worker import main as train_main
+
+    argv = [args.mountpoint, args.subsystem, "--model", args.model]
+    if args.max_seconds:
+        argv += ["--max-seconds", str(args.max_seconds)]
+    return train_main(argv)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    return run_demo(seconds=args.seconds, seed=args.seed)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mlfs", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("mount", help="mount and serve (returns when the mount answers)")
+    p.add_argument("mountpoint")
+    p.add_argument("--config")
+    p.add_argument("--state-dir")
+    p.add_argument("--foreground", action="store_true")
+    p.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)
+    p.set_defaults(func=cmd_mount)
+    p = sub.add_parser("umount", help="seal open rows, restore knobs, unmount")
+    p.add_argument("mountpoint")
+    p.add_argument("--timeout", type=float, default=60.0)
+    p.set_defaults(func=cmd_umount)
+    p = sub.add_parser("status", help="subsystems, models, modes, efficiency")
+    p.add_argument("mountpoint")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_status)
+    p = sub.add_parser("train", help="run a LightGBM trainer worker against a subsystem")
+    p.add_argument("mountpoint")
+    p.add_argument("subsystem")
+    p.add_argument("--model", default="lgbm")
+    p.add_argument("--max-seconds", type=float, default=0.0)
+    p.set_defaults(func=cmd_train)
+    p = sub.add_parser("demo", help="mount the simulated subsystem, train, summarise")
+    p.add_argument("--seconds", type=float, default=120.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)

@@ -1,0 +1,1 @@
+"""The FUSE-free core: subsystems, model proxies, stores, events, metrics."""

@@ -1,0 +1,415 @@
+"""The exchange: every subsystem's tick loop, its dataset and its models.
+
+`SubsystemRuntime.tick()` is the proxy's whole decision for one tick and is
+synchronous and FUSE-free, so tests and benchmarks drive thousands of ticks in
+virtual time.  `Exchange.run()` is the trio side: one task per subsystem that
+ticks on a wall-clock schedule and seals due portions in worker threads.
+"""
+
+from __future__ import annotations
+
+import collections
+import errno
+import json
+import logging
+import math
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+import trio
+
+from backends.base import KnobValue, Sample, Subsystem
+
+from .clock import now_us
+from .errors import Refused, invalid
+from .events import EventBus
+from .proxy import MODES, ModelProxy
+from .store import Portion, PortionStore
+from .text import MODEL_NAME, column_name, knob_column, one_word, parse_float
+
+log = logging.getLogger("mlfs.exchange")
+
+_ARROW_TYPES = {"float64": pa.float64(), "int64": pa.int64(), "string": pa.string()}
+TICK_RESERVE = 1000
+
+
+class SubsystemRuntime:
+    """One subsystem as the proxy runs it."""
+
+    def __init__(self, exchange: Exchange, subsystem: Subsystem) -> None:
+        self.exchange = exchange
+        self.subsystem = subsystem
+        self.name = subsystem.name
+        self.directory = exchange.state_dir / subsystem.name
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.feature_columns = {column_name(n): t for n, t in subsystem.features.items()}
+        self.dataset = PortionStore(self.directory / "dataset", self.dataset_schema(), "tick",
+                                    exchange.config.store.dataset())
+        self._tick_path = self.directory / "tick_reserved"
+        reserved = 0
+        try:
+            reserved = int(self._tick_path.read_text().strip())
+        except (FileNotFoundError, ValueError):
+            pass
+        last = self.dataset.last_key if self.dataset.last_key is not None else -1
+        self.next_tick = max(reserved, last + 1)
+        self._reserved = self.next_tick
+        self.models: dict[str, ModelProxy] = {}
+        self.last_sample: Sample | None = None
+        self.last_features: dict | None = None
+        self.knob_values: dict[str, KnobValue] = subsystem.default_knobs(None)
+        self.last_objective = math.nan
+        self._objective_override: float | None = None
+        self.critical: str | None = None
+        self.ticks = 0
+        self.tick_seconds_total = 0.0
+        self.errors = 0
+        models_dir = self.directory / "models"
+        models_dir.mkdir(exist_ok=True)
+        for entry in sorted(models_dir.iterdir()):
+            if entry.is_dir() and MODEL_NAME.fullmatch(entry.name):
+                self.models[entry.name] = ModelProxy(self, entry.name, entry,
+                                                     exchange.new_generation())
+        for proxy in self.models.values():  # drop ownership conflicts left by a crash
+            if proxy.active and self.owner_conflict(proxy, proxy.controlled):
+                proxy.state = "stopped"
+
+    # ---- schema -------------------------------------------------------------
+    def knob_fields(self) -> list[tuple[str, pa.DataType]]:
+        return [
+            (knob_column(n), pa.string() if k.type == "choice" else pa.int64())
+            for n, k in self.subsystem.knobs.items()
+        ]
+
+    def feature_fields(self) -> list[tuple[str, pa.DataType]]:
+        return [(n, _ARROW_TYPES[t]) for n, t in self.feature_columns.items()]
+
+    def dataset_schema(self) -> pa.Schema:
+        return pa.schema(
+            [("ts", pa.timestamp("us", tz="UTC")), ("tick", pa.int64()),
+             ("controller", pa.string()), ("model", pa.string()), ("mode", pa.string())]
+            + self.knob_fields() + self.feature_fields() + [("objective", pa.float64())]
+        )
+
+    def info(self) -> dict:
+        sub = self.subsystem
+        return {
+            "backend": sub.backend,
+            "description": sub.description,
+            "tick_seconds": sub.tick_seconds,
+            "objective": {"name": sub.objective.name, "unit": sub.objective.unit,
+                          "goal": sub.objective.goal},
+            "knobs": {n: k.describe() for n, k in sub.knobs.items()},
+            "features": dict(self.feature_columns),
+        }
+
+    # ---- models -------------------------------------------------------------
+    def owner_conflict(self, proxy: ModelProxy, knobs: list[str]) -> tuple[str, str] | None:
+        for other in self.models.values():
+            if other is proxy or not other.active:
+                continue
+            for knob in knobs:
+                if knob in other.controlled:
+                    return knob, other.name
+        return None
+
+    def create_model(self, name: str) -> ModelProxy:
+        if not MODEL_NAME.fullmatch(name):
+            raise invalid(f"model name {name!r} is not [a-z0-9][a-z0-9._-]{{0,63}}")
+        if name in self.models:
+            raise Refused(errno.EEXIST, f"model {name!r} exists")
+        directory = self.directory / "models" / name
+        if directory.exists():  # left by an rmdir that crashed half-way
+            shutil.rmtree(directory)
+        proxy = ModelProxy(self, name, directory, self.exchange.new_generation())
+        self.models[name] = proxy
+        self.exchange.bus.publish(self.name, "state", model=name,
+                                  **{"from": None, "to": "initialized"})
+        return proxy
+
+    def destroy_model(self, name: str) -> ModelProxy:
+        """rmdir: stop, seal what it has, forget it (its state files go too)."""
+        proxy = self.models.pop(name, None)
+        if proxy is None:
+            raise Refused(errno.ENOENT, f"no model {name!r}")
+        proxy.destroy()
+        shutil.rmtree(proxy.directory, ignore_errors=True)
+        self.exchange.bus.publish(self.name, "state", model=name,
+                                  **{"from": proxy.state, "to": None})
+        return proxy
+
+    # ---- attributes -----------------------------------------------------------
+    def write_objective(self, data: bytes) -> None:
+        value = parse_float(one_word(data, "objective"), "objective")
+        self._objective_override = value
+
+    def objective_text(self) -> str:
+        value = self.last_objective
+        return "nan\n" if math.isnan(value) else f"{value:.6g}\n"
+
+    def stores(self) -> list[PortionStore]:
+        out = [self.dataset]
+        for proxy in self.models.values():
+            out += [proxy.journal, proxy.feedback]
+        return out
+
+    # ---- the tick -------------------------------------------------------------
+    def tick(self) -> Sample:
+        """Decide, apply, run, sample and record one tick; never waits on anyone."""
+        started = time.perf_counter()
+        tick = self.next_tick
+        self.next_tick += 1
+        if self.next_tick > self._reserved:
+            self._reserve(self.next_tick + TICK_RESERVE)
+        features = self.last_features
+        knobs = self.subsystem.default_knobs(self.last_sample)
+        active = [p for p in self.models.values() if p.active]
+        decisions = []
+        for proxy in active:
+            proxy.expire(tick)
+            if proxy.wants_ml():
+                decision = proxy.decide(tick, features, knobs)
+                if decision is not None:
+                    knobs.update({k: v for k, v in decision.knobs.items()
+                                  if k in proxy.controlled})
+                    decisions.append((proxy, decision))
+        sample = self.subsystem.step(knobs)
+        ts = now_us()
+        objective = sample.objective
+        if self._objective_override is not None:
+            objective, self._objective_override = self._objective_override, None
+        row = {"ts": ts, "tick": tick,
+               "controller": "ml" if decisions else "default"}
+        lead = decisions[0][0] if decisions else (active[0] if active else None)
+        row["model"] = lead.name if lead else None
+        row["mode"] = lead.mode if lead else "default"
+        for name, value in knobs.items():
+            row[knob_column(name)] = value
+        sample_features = {column_name(k): v for k, v in sample.features.items()}
+        row.update(sample_features)
+        row["objective"] = objective
+        self.dataset.append(row)
+        by_proxy = dict((p.name, d) for p, d in decisions)
+        for proxy in active:
+            proxy.record(tick, ts, by_proxy.get(proxy.name), objective, knobs, features)
+            proxy.update_mode(sample.critical)
+        if sample.critical != self.critical:
+            if sample.critical:
+                log.warning("%s: critical state: %s", self.name, sample.critical)
+            self.critical = sample.critical
+        self.last_sample = sample
+        self.last_features = sample_features
+        self.knob_values = knobs
+        self.last_objective = objective
+        self.ticks += 1
+        self.tick_seconds_total += time.perf_counter() - started
+        return sample
+
+    def _reserve(self, upto: int) -> None:
+        """Persist a tick high-water mark so a crash never reuses a tick number."""
+        tmp = self._tick_path.with_suffix(".tmp")
+        tmp.write_text(f"{upto}\n")
+        os.replace(tmp, self._tick_path)
+        self._reserved = upto
+
+    def close(self) -> None:
+        for proxy in self.models.values():
+            proxy.journal.close()
+            proxy.feedback.close()
+        self.dataset.close()
+        self.subsystem.close()
+
+
+class Exchange:
+    """All subsystems of one mount, the event bus and the counters."""
+
+    def __init__(self, config, state_dir: Path, subsystems: list[Subsystem]) -> None:
+        self.config = config
+        self.state_dir = Path(state_dir)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.bus = EventBus()
+        self.started = time.time()
+        self._generation = 0
+        self.recommendations: collections.Counter[str] = collections.Counter()
+        self.errors: collections.Counter[tuple[str, str]] = collections.Counter()
+        self.portion_listeners: list[Callable[[PortionStore, Portion], None]] = []
+        self.runtimes: dict[str, SubsystemRuntime] = {}
+        for sub in subsystems:
+            self.runtimes[sub.name] = SubsystemRuntime(self, sub)
+        self._seal_waiters: dict[int, list[trio.Event]] = collections.defaultdict(list)
+        self._stopping = False
+
+    def new_generation(self) -> int:
+        self._generation += 1
+        return self._generation
+
+    def count_recommendation(self, status: str) -> None:
+        self.recommendations[status] += 1
+
+    def count_error(self, subsystem: str, file: str) -> None:
+        self.errors[(subsystem, file)] += 1
+
+    # ---- sealing --------------------------------------------------------------
+    def _store_owner(self, store: PortionStore) -> tuple[SubsystemRuntime, ModelProxy | None]:
+        for runtime in self.runtimes.values():
+            if store is runtime.dataset:
+                return runtime, None
+            for proxy in runtime.models.values():
+                if store is proxy.journal or store is proxy.feedback:
+                    return runtime, proxy
+        raise KeyError("store not owned")
+
+    def _announce(self, store: PortionStore, portion: Portion) -> None:
+        runtime, proxy = self._store_owner(store)
+        if proxy is None:
+            path = f"{runtime.name}/dataset/{portion.name}"
+            self.bus.publish(runtime.name, "portion", path=path, rows=portion.rows)
+        elif store is proxy.feedback:
+            path = f"{proxy.path}/feedback/{portion.name}"
+            self.bus.publish(runtime.name, "feedback", model=proxy.name, path=path,
+                             rows=portion.rows)
+
+    async def seal(self, store: PortionStore) -> Portion | None:
+        """Seal pending rows of one store into a portion (encoding off-thread)."""
+        batch = store.take_batch()
+        if batch is None:
+            return None
+        try:
+            portion = await trio.to_thread.run_sync(store.write_batch, batch)
+        except Exception:
+            log.exception("sealing %s failed; rows stay in the write-ahead file",
+                          store.directory)
+            store.abort(batch)
+            return None
+        store.commit(portion)
+        self._announce(store, portion)
+        for waiter in self._seal_waiters.pop(id(store), []):
+            waiter.set()
+        return portion
+
+    async def prepare_dataset(self, runtime: SubsystemRuntime) -> None:
+        """Seal now; with nothing pending, wait for the next tick's row first."""
+        store = runtime.dataset
+        if store.pending == 0:
+            with trio.move_on_after(max(5.0, 20 * runtime.subsystem.tick_seconds)):
+                while store.pending == 0 and not self._stopping:
+                    await trio.sleep(min(0.01, runtime.subsystem.tick_seconds / 4))
+        while store.sealing:  # a concurrent seal: let it land first
+            await trio.sleep(0.005)
+        await self.seal(store)
+
+    def discard_dataset(self, runtime: SubsystemRuntime) -> list[Portion]:
+        return runtime.dataset.discard()
+
+    async def control(self, runtime: SubsystemRuntime, data: bytes) -> None:
+        command = one_word(data, "control")
+        if command == "prepare_dataset":
+            await self.prepare_dataset(runtime)
+        elif command == "discard_dataset":
+            self.discard_dataset(runtime)
+        else:
+            raise invalid(f"unknown command {command!r} (prepare_dataset, discard_dataset)")
+
+    async def model_control(self, proxy: ModelProxy, data: bytes) -> None:
+        """A model's control file: its lifecycle plus the dataset commands."""
+        try:
+            command = one_word(data, "control")
+            if command == "start":
+                proxy.start()
+            elif command == "stop":
+                proxy.stop()
+            elif command == "prepare_dataset":
+                await self.prepare_dataset(proxy.runtime)
+            elif command == "discard_dataset":
+                self.discard_dataset(proxy.runtime)
+            else:
+                raise invalid(f"unknown command {command!r} "
+                              "(start, stop, prepare_dataset, discard_dataset)")
+        except Refused as exc:
+            raise proxy.refuse("control", data, exc) from None
+
+    # ---- the loops --------------------------------------------------------------
+    async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            for runtime in self.runtimes.values():
+                nursery.start_soon(self._tick_loop, runtime)
+            nursery.start_soon(self._seal_loop)
+            task_status.started()
+
+    async def _tick_loop(self, runtime: SubsystemRuntime) -> None:
+        period = runtime.subsystem.tick_seconds
+        deadline = trio.current_time()
+        while not self._stopping:
+            try:
+                if getattr(runtime.subsystem, "blocking", False):
+                    await trio.to_thread.run_sync(runtime.tick)
+                else:
+                    runtime.tick()
+            except Exception:
+                runtime.errors += 1
+                log.exception("%s: tick failed", runtime.name)
+            deadline += period
+            now = trio.current_time()
+            if deadline < now - period:  # fell behind (suspended?): do not burst
+                deadline = now
+            await trio.sleep_until(deadline)
+
+    async def _seal_loop(self) -> None:
+        while True:
+            now = time.monotonic()
+            for runtime in list(self.runtimes.values()):
+                for store in runtime.stores():
+                    if store.sealing == 0 and store.due(now):
+                        await self.seal(store)
+            await trio.sleep(0.05)
+
+    async def seal_all(self) -> None:
+        self._stopping = True
+        for runtime in self.runtimes.values():
+            for store in runtime.stores():
+                while store.sealing:
+                    await trio.sleep(0.005)
+                await self.seal(store)
+
+    def close(self) -> None:
+        self.bus.close()
+        for runtime in self.runtimes.values():
+            try:
+                runtime.close()
+            except Exception:
+                log.exception("%s: close failed", runtime.name)
+
+    # ---- views ------------------------------------------------------------------
+    def status(self) -> dict:
+        out = {"subsystems": {}}
+        for runtime in self.runtimes.values():
+            models = {}
+            for proxy in runtime.models.values():
+                stats = proxy.window.stats()
+                models[proxy.name] = {
+                    "state": proxy.state, "mode": proxy.mode,
+                    "mode_switching": proxy.mode_switching,
+                    "efficiency": None if math.isnan(stats.efficiency) else stats.efficiency,
+                    "confidence": None if math.isnan(stats.confidence) else stats.confidence,
+                    "knobs": proxy.controlled, "ml_ticks": proxy.ml_ticks,
+                    "policy": proxy.policy is not None,
+                }
+            out["subsystems"][runtime.name] = {
+                "backend": runtime.subsystem.backend, "tick": runtime.next_tick,
+                "knobs": runtime.knob_values, "objective": runtime.last_objective,
+                "critical": runtime.critical, "portions": len(runtime.dataset.portions),
+                "models": models,
+            }
+        return out
+
+
+def mode_names() -> tuple[str, ...]:
+    return MODES
+
+
+def dumps(obj: dict) -> str:
+    return json.dumps(obj, indent=2, default=str) + "\n"

@@ -1,0 +1,505 @@
+"""The ML model proxy: the kernel-side representative of one user-space model.
+
+It owns the model's lifecycle (initialized -> started -> running -> stopped),
+its mode (emergency, learning, collaboration, recommendation; automatic or
+pinned), the recommendations it accepted, the policy it runs, the efficiency
+window, the feedback it writes back and the journal of every input.  It never
+waits for a trainer: a tick with nothing valid to apply runs the default.
+"""
+
+from __future__ import annotations
+
+import collections
+import errno
+import json
+import logging
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from backends.base import KnobValue
+
+from .clock import now_us, rfc3339
+from .efficiency import EfficiencyWindow
+from .errors import Refused, busy, invalid
+from .policy import MAX_POLICY_BYTES, Policy
+from .store import PortionStore
+from .text import escape_input, knob_column, one_word, parse_recommendations
+
+if TYPE_CHECKING:
+    from .exchange import SubsystemRuntime
+
+log = logging.getLogger("mlfs.proxy")
+
+STATES = ("initialized", "started", "running", "stopped")
+MODES = ("emergency", "learning", "collaboration", "recommendation")
+ERRORS_KEPT = 100
+
+
+@dataclass
+class Recommendation:
+    id: int
+    line: str
+    knobs: dict[str, KnobValue]
+    expect: float | None
+    ttl: int | None
+    first_tick: int  # the first tick it may control
+    accepted_ns: int
+    applied: bool = False
+
+    def valid_at(self, tick: int) -> bool:
+        return self.ttl is None or tick < self.first_tick + self.ttl
+
+
+@dataclass
+class Decision:
+    knobs: dict[str, KnobValue]
+    expected: float | None
+    source: str  # "recommendation" | "policy"
+    recommendation_id: int | None
+
+
+def journal_schema() -> pa.Schema:
+    return pa.schema([
+        ("seq", pa.int64()),
+        ("id", pa.int64()),
+        ("ts", pa.timestamp("us", tz="UTC")),
+        ("tick", pa.int64()),
+        ("model", pa.string()),
+        ("line", pa.string()),
+        ("status", pa.string()),
+        ("reason", pa.string()),
+        ("expect", pa.float64()),
+        ("ttl", pa.int64()),
+    ])
+
+
+def feedback_schema(runtime: SubsystemRuntime) -> pa.Schema:
+    fields = [
+        ("tick", pa.int64()),
+        ("ts", pa.timestamp("us", tz="UTC")),
+        ("model", pa.string()),
+        ("source", pa.string()),
+        ("recommendation_id", pa.int64()),
+    ]
+    fields += runtime.knob_fields() + runtime.feature_fields()
+    fields += [
+        ("expected", pa.float64()),
+        ("observed", pa.float64()),
+        ("baseline", pa.float64()),
+        ("efficiency", pa.float64()),
+        ("error", pa.float64()),
+    ]
+    return pa.schema(fields)
+
+
+class ModelProxy:
+    def __init__(self, runtime: SubsystemRuntime, name: str, directory: Path,
+                 generation: int) -> None:
+        self.runtime = runtime
+        self.name = name
+        self.directory = directory
+        self.generation = generation  # never reused: a re-created model is a new object
+        self.config = runtime.exchange.config.modes
+        self.bus = runtime.exchange.bus
+        directory.mkdir(parents=True, exist_ok=True)
+        store_config = runtime.exchange.config.store
+        self.journal = PortionStore(directory / "recommendations", journal_schema(), "seq",
+                                    store_config.journal())
+        self.feedback = PortionStore(directory / "feedback", feedback_schema(runtime), "tick",
+                                     store_config.feedback())
+        self.state = "initialized"
+        self.mode = "learning"
+        self.pinned: str | None = None
+        self.emergency_cause: str | None = None
+        self.controlled: list[str] = list(runtime.subsystem.knobs)
+        self.errors: collections.deque[str] = collections.deque(maxlen=ERRORS_KEPT)
+        self.window = EfficiencyWindow(self.config.window_ticks, runtime.subsystem.objective.goal)
+        self.current: Recommendation | None = None
+        self.policy: Policy | None = None
+        self.policy_loaded_ns = 0
+        self.last_trainer_input = time.monotonic()
+        self._ml_credit = 0.0
+        self._last_transition_tick = runtime.next_tick
+        self._ml_since_transition = 0
+        self._calm_ticks = 0
+        self.counts: collections.Counter[str] = collections.Counter()
+        self.ml_ticks = 0
+        self.default_ticks = 0
+        self.mode_history: collections.deque[tuple[str, str, str]] = collections.deque(maxlen=50)
+        self._journal_seq = (self.journal.last_key or 0)
+        self._load()
+
+    # ---- persistence ------------------------------------------------------
+    def _settings_path(self) -> Path:
+        return self.directory / "model.json"
+
+    def _policy_path(self) -> Path:
+        return self.directory / "policy.txt"
+
+    def _load(self) -> None:
+        try:
+            saved = json.loads(self._settings_path().read_text())
+        except (FileNotFoundError, ValueError):
+            self._save()
+            return
+        knobs = [k for k in saved.get("knobs", []) if k in self.runtime.subsystem.knobs]
+        self.controlled = knobs or self.controlled
+        if saved.get("pinned") in MODES:
+            self.pinned = saved["pinned"]
+            self.mode = self.pinned
+        if saved.get("state") in ("started", "running"):
+            self.state = "started"
+        elif saved.get("state") == "stopped":
+            self.state = "stopped"
+        try:
+            text = self._policy_path().read_bytes()
+            if text:
+                self._install_policy(text)
+        except FileNotFoundError:
+            pass
+        except Exception as exc:  # a saved policy that no longer fits is dropped, loudly
+            log.error("%s/%s: saved policy not loaded: %s", self.runtime.name, self.name, exc)
+
+    def _save(self) -> None:
+        tmp = self._settings_path().with_suffix(".tmp")
+        tmp.write_text(json.dumps({"knobs": self.controlled, "pinned": self.pinned,
+                                   "state": self.state}))
+        os.replace(tmp, self._settings_path())
+
+    # ---- shown attributes -------------------------------------------------
+    @property
+    def path(self) -> str:
+        return f"{self.runtime.name}/models/{self.name}"
+
+    @property
+    def mode_switching(self) -> str:
+        return "pinned" if self.pinned else "auto"
+
+    @property
+    def active(self) -> bool:
+        return self.state in ("started", "running")
+
+    def efficiency_text(self) -> str:
+        value = self.window.stats().efficiency
+        return "nan\n" if math.isnan(value) else f"{value:.3f}\n"
+
+    def errors_text(self) -> str:
+        return "".join(line + "\n" for line in self.errors)
+
+    def policy_text(self) -> bytes:
+        return self.policy.text if self.policy else b""
+
+    # ---- refusals ---------------------------------------------------------
+    def refuse(self, file: str, data: bytes, exc: Refused) -> Refused:
+        """Record a refused input everywhere it must show, and return it to raise."""
+        shown = escape_input(data)
+        self.errors.append(f"{rfc3339()} {file} {exc.reason}: {shown}")
+        self.runtime.exchange.count_error(self.runtime.name, file)
+        log.warning("%s/%s: %s refused (%s): %s", self.runtime.name, self.name, file,
+                    exc.reason, shown)
+        if file == "recommend":
+            seq = self._journal("rejected", None, shown, exc.reason)
+            self.bus.publish(self.runtime.name, "recommendation", model=self.name, id=seq,
+                             status="rejected", reason=exc.reason)
+        return exc
+
+    # ---- lifecycle --------------------------------------------------------
+    def start(self) -> None:
+        if self.active:
+            return
+        owner = self.runtime.owner_conflict(self, self.controlled)
+        if owner:
+            raise busy(f"knob {owner[0]!r} is controlled by started model {owner[1]!r}")
+        self._set_state("started")
+        self.last_trainer_input = time.monotonic()
+        self._last_transition_tick = self.runtime.next_tick
+
+    def stop(self) -> None:
+        if not self.active:
+            return
+        if self.current is not None:
+            self._finish(self.current, "ignored", "model stopped")
+            self.current = None
+        self._set_state("stopped")
+
+    def _set_state(self, new: str) -> None:
+        old, self.state = self.state, new
+        self._save()
+        self.bus.publish(self.runtime.name, "state", model=self.name, **{"from": old, "to": new})
+
+    def destroy(self) -> None:
+        self.stop()
+        self.journal.close()
+        self.feedback.close()
+
+    # ---- knobs and mode attributes ----------------------------------------
+    def set_knobs(self, data: bytes) -> None:
+        try:
+            text = data.decode("ascii", errors="replace")
+            names = text.split()
+            if not names:
+                raise invalid("knobs takes one or more knob names")
+            for name in names:
+                if name not in self.runtime.subsystem.knobs:
+                    raise invalid(f"unknown knob {name!r}")
+            if len(set(names)) != len(names):
+                raise invalid("a knob is named twice")
+            if len(data) > 4096:
+                raise invalid("write over 4096 bytes")
+            if self.active:
+                owner = self.runtime.owner_conflict(self, names)
+                if owner:
+                    raise busy(f"knob {owner[0]!r} is controlled by started model {owner[1]!r}")
+        except Refused as exc:
+            raise self.refuse("knobs", data, exc) from None
+        self.controlled = [k for k in self.runtime.subsystem.knobs if k in names]
+        if self.current is not None and set(self.current.knobs) - set(self.controlled):
+            self._finish(self.current, "ignored", "knobs changed")
+            self.current = None
+        self._save()
+
+    def set_mode(self, data: bytes) -> None:
+        try:
+            word = one_word(data, "mode")
+            if word != "auto" and word not in MODES:
+                raise invalid(f"unknown mode {word!r} (one of auto {' '.join(MODES)})")
+        except Refused as exc:
+            raise self.refuse("mode", data, exc) from None
+        if word == "auto":
+            self.pinned = None
+            self._save()
+            return
+        self.pinned = word
+        self._save()
+        if self.emergency_cause != "critical":
+            self._switch(word, "pinned by a write to mode")
+
+    def _switch(self, new: str, why: str, cause: str | None = None) -> None:
+        old = self.mode
+        self.emergency_cause = cause if new == "emergency" else None
+        if old == new:
+            return
+        self.mode = new
+        self._last_transition_tick = self.runtime.next_tick
+        self._ml_since_transition = 0
+        self._calm_ticks = 0
+        self.mode_history.append((rfc3339(), new, why))
+        log.info("%s/%s: mode %s -> %s (%s)", self.runtime.name, self.name, old, new, why)
+        self.bus.publish(self.runtime.name, "mode", model=self.name, why=why,
+                         **{"from": old, "to": new})
+        if new == "emergency":
+            self.bus.publish(self.runtime.name, "emergency", model=self.name, why=why)
+
+    # ---- trainer inputs ---------------------------------------------------
+    def _journal(self, status: str, rec_id: int | None, line: str, reason: str,
+                 expect: float | None = None, ttl: int | None = None) -> int:
+        self._journal_seq += 1
+        seq = self._journal_seq
+        self.journal.append({
+            "seq": seq, "id": rec_id if rec_id is not None else seq, "ts": now_us(),
+            "tick": self.runtime.next_tick, "model": self.name, "line": line,
+            "status": status, "reason": reason, "expect": expect, "ttl": ttl,
+        })
+        self.counts[status] += 1
+        self.runtime.exchange.count_recommendation(status)
+        return seq
+
+    def _finish(self, rec: Recommendation, status: str, reason: str) -> None:
+        self._journal(status, rec.id, rec.line, reason, rec.expect, rec.ttl)
+        self.bus.publish(self.runtime.name, "recommendation", model=self.name, id=rec.id,
+                         status=status, reason=reason)
+
+    def recommend(self, data: bytes) -> list[int]:
+        """Check a whole write; journal and publish; return accepted ids."""
+        try:
+            lines = parse_recommendations(data, self.runtime.subsystem.knobs,
+                                          set(self.controlled))
+            if not self.active:
+                raise invalid(f"model is {self.state}, not started")
+            if self.mode == "emergency" and (self.emergency_cause == "critical"
+                                             or self.pinned == "emergency"):
+                raise busy("model is in emergency"
+                           + (" (critical state)" if self.emergency_cause == "critical"
+                              else " (pinned)"))
+        except Refused as exc:
+            raise self.refuse("recommend", data, exc) from None
+        ids = []
+        for parsed in lines:
+            rec_id = self._journal("accepted", None, parsed.line, "", parsed.expect, parsed.ttl)
+            rec = Recommendation(rec_id, parsed.line, parsed.knobs, parsed.expect, parsed.ttl,
+                                 self.runtime.next_tick, time.monotonic_ns())
+            self.bus.publish(self.runtime.name, "recommendation", model=self.name, id=rec_id,
+                             status="accepted", reason="")
+            if self.current is not None and self.current.valid_at(self.runtime.next_tick):
+                self._finish(self.current, "superseded", f"superseded by {rec_id}")
+            self.current = rec
+            ids.append(rec_id)
+        self._heard_from_trainer("recommendation")
+        return ids
+
+    def _heard_from_trainer(self, what: str) -> None:
+        self.last_trainer_input = time.monotonic()
+        if self.mode == "emergency" and self.emergency_cause == "silent":
+            self._switch(self.pinned or "learning", f"trainer is back ({what})")
+
+    def check_policy(self, text: bytes) -> bytes:
+        """The cheap checks before the out-of-process load (any thread)."""
+        if len(text) > MAX_POLICY_BYTES:
+            raise invalid(f"policy of {len(text)} bytes is over {MAX_POLICY_BYTES}")
+        try:
+            text.decode("ascii")
+        except UnicodeDecodeError:
+            raise invalid("policy is not ASCII text (LightGBM text format)") from None
+        if not text.lstrip().startswith(b"tree"):
+            raise invalid("policy is not a LightGBM text model (no 'tree' header)")
+        return text
+
+    def _install_policy(self, text: bytes) -> None:
+        subsystem = self.runtime.subsystem
+        self.policy = Policy(text, subsystem.knobs, self.controlled,
+                             list(self.runtime.feature_columns), subsystem.objective.goal)
+        self.policy_loaded_ns = time.monotonic_ns()
+
+    def set_policy(self, text: bytes) -> None:
+        """Install a policy already loaded once in a subprocess (trio thread)."""
+        if not text:
+            self.policy = None
+            self._policy_path().unlink(missing_ok=True)
+            self.bus.publish(self.runtime.name, "policy", model=self.name, status="removed")
+            return
+        self._install_policy(text)
+        tmp = self._policy_path().with_suffix(".tmp")
+        tmp.write_bytes(text)
+        os.replace(tmp, self._policy_path())
+        self.bus.publish(self.runtime.name, "policy", model=self.name, status="loaded",
+                         trees=self.policy.booster.num_trees())
+        self._heard_from_trainer("policy")
+
+    # ---- the tick ---------------------------------------------------------
+    def share(self) -> float:
+        config = self.config
+        return {
+            "emergency": 0.0,
+            "learning": config.learning_share,
+            "collaboration": config.collaboration_share,
+            "recommendation": 1.0 - config.recommendation_probe,
+        }[self.mode]
+
+    def wants_ml(self) -> bool:
+        """Deterministic interleaving: a credit accumulator gives the exact share."""
+        self._ml_credit += self.share()
+        if self._ml_credit >= 1.0 - 1e-9:
+            self._ml_credit -= 1.0
+            return True
+        return False
+
+    def expire(self, tick: int) -> None:
+        rec = self.current
+        if rec is not None and not rec.valid_at(tick):
+            self._finish(rec, "expired", f"ttl {rec.ttl} ticks ran out")
+            self.current = None
+
+    def decide(self, tick: int, features: dict | None, current: dict[str, KnobValue]
+               ) -> Decision | None:
+        """What ML wants on this tick, or None (then the default runs)."""
+        rec = self.current
+        use_rec = rec is not None and (self.policy is None
+                                       or rec.accepted_ns >= self.policy_loaded_ns)
+        if use_rec:
+            if not rec.applied:
+                rec.applied = True
+                self._finish(rec, "applied", f"tick {tick}")
+            return Decision(dict(rec.knobs), rec.expect, "recommendation", rec.id)
+        if self.policy is not None and features is not None:
+            try:
+                knobs, expected = self.policy.decide(features, current)
+            except Exception as exc:  # a policy must never stop the tick loop
+                log.error("%s/%s: policy failed, removed: %s", self.runtime.name, self.name, exc)
+                self.policy = None
+                self.bus.publish(self.runtime.name, "policy", model=self.name, status="failed")
+                return None
+            return Decision(knobs, expected, "policy", None)
+        return None
+
+    def record(self, tick: int, ts: int, decision: Decision | None, objective: float,
+               knobs: dict[str, KnobValue], features: dict | None) -> None:
+        """After the tick ran: update the window, write feedback, maybe switch mode."""
+        is_ml = decision is not None
+        if is_ml:
+            self.ml_ticks += 1
+            self._ml_since_transition += 1
+            if self.state == "started":
+                self._set_state("running")
+            baseline = self.window.baseline
+            ratio = self.window.ratio(objective)
+            expected = decision.expected
+            row = {
+                "tick": tick, "ts": ts, "model": self.name, "source": decision.source,
+                "recommendation_id": decision.recommendation_id,
+                "expected": expected, "observed": objective,
+                "baseline": None if math.isnan(baseline) else baseline,
+                "efficiency": None if math.isnan(ratio) else ratio,
+                "error": None if expected is None else objective - expected,
+            }
+            for name, value in knobs.items():
+                row[knob_column(name)] = value
+            if features:
+                row.update(features)
+            self.feedback.append(row)
+        else:
+            self.default_ticks += 1
+        self.window.add(is_ml, objective)
+
+    def update_mode(self, critical: str | None) -> None:
+        config = self.config
+        if critical:
+            self._calm_ticks = 0
+            if self.mode != "emergency" or self.emergency_cause != "critical":
+                self._switch("emergency", f"critical state: {critical}", cause="critical")
+            return
+        if self.mode == "emergency" and self.emergency_cause == "critical":
+            self._calm_ticks += 1
+            if self._calm_ticks >= config.emergency_cooldown_ticks:
+                self._switch(self.pinned or "learning", "critical state over")
+            return
+        if self.pinned:
+            return
+        if self.mode == "emergency":
+            if self.emergency_cause == "collapse":
+                self._calm_ticks += 1
+                if self._calm_ticks >= config.emergency_cooldown_ticks:
+                    self.window.clear()
+                    self._switch("learning", "cool-down after efficiency collapse")
+            return
+        if time.monotonic() - self.last_trainer_input > config.silence_seconds:
+            self._switch("emergency", f"trainer silent for over {config.silence_seconds:g} s",
+                         cause="silent")
+            return
+        dwell = self.runtime.next_tick - self._last_transition_tick
+        if dwell < config.min_dwell_ticks or self._ml_since_transition < config.min_ml_ticks:
+            return
+        stats = self.window.stats()
+        eff, z = stats.efficiency, stats.confidence
+        if math.isnan(eff):
+            return
+        if eff < config.collapse_below:
+            self._switch("emergency", f"efficiency collapsed to {eff:.3f}", cause="collapse")
+        elif self.mode == "learning" and eff >= config.to_collaboration:
+            self._switch("collaboration", f"efficiency {eff:.3f} >= {config.to_collaboration}")
+        elif (self.mode == "collaboration" and eff >= config.to_recommendation
+              and z >= config.recommendation_confidence):
+            self._switch("recommendation",
+                         f"efficiency {eff:.3f} >= {config.to_recommendation} (z={z:.1f})")
+        elif (self.mode in ("collaboration", "recommendation") and eff < config.demote_below
+              and -z >= config.demote_confidence):
+            self._switch("learning", f"efficiency {eff:.3f} < {config.demote_below} (z={z:.1f})")
+
+
+def refuse_errno(exc: Refused) -> int:
+    return exc.errno or errno.EINVAL

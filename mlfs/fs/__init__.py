@@ -1,0 +1,1 @@
+"""The only pyfuse3 code: node kinds, the inode table and Operations."""

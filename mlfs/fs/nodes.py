@@ -1,0 +1,276 @@
+"""The mount's tree, as node objects over the FUSE-free core.
+
+Each kind of file is served one way (see FUSE-NOTES): text attributes are
+snapshots served direct_io; Parquet portions are immutable page-cached files
+with exact sizes; event streams are per-open cursors.  Inode numbers come from
+one counter and are never reused, so `keep_cache` can never serve a dead
+file's pages; a node that disappeared answers ENOENT.
+"""
+
+from __future__ import annotations
+
+import itertools
+import stat
+from collections.abc import Awaitable, Callable
+
+from ..core.exchange import Exchange, SubsystemRuntime
+from ..core.proxy import ModelProxy
+from ..core.store import Portion, PortionStore
+
+ReadFn = Callable[[], "str | bytes"]
+WriteFn = Callable[[bytes], Awaitable[None]]
+
+# attribute and entry timeouts (seconds): immutable things are cached long,
+# things that change or can be removed short (FUSE-NOTES: caching)
+IMMUTABLE_TIMEOUT = 300.0
+REMOVABLE_ENTRY_TIMEOUT = 1.0
+ATTR_TIMEOUT = 1.0
+
+
+class Node:
+    kind = "node"
+
+    def __init__(self, tree: Tree, name: str, parent: Dir | None) -> None:
+        self.tree = tree
+        self.ino = tree.register(self)
+        self.name = name
+        self.parent = parent
+
+    def alive(self) -> bool:
+        return self.parent is None or self.parent.alive()
+
+    @property
+    def path(self) -> str:
+        if self.parent is None:
+            return ""
+        prefix = self.parent.path
+        return f"{prefix}/{self.name}" if prefix else self.name
+
+    def mode(self) -> int:
+        return stat.S_IFREG | 0o444
+
+    def size(self) -> int:
+        return 0
+
+    def mtime_ns(self) -> int:
+        return self.tree.started_ns
+
+    attr_timeout = ATTR_TIMEOUT
+    entry_timeout = ATTR_TIMEOUT
+
+
+class Dir(Node):
+    kind = "dir"
+    entry_timeout = REMOVABLE_ENTRY_TIMEOUT
+
+    def __init__(self, tree: Tree, name: str, parent: Dir | None) -> None:
+        super().__init__(tree, name, parent)
+        self.fixed: dict[str, Node] = {}
+
+    def mode(self) -> int:
+        return stat.S_IFDIR | 0o755
+
+    def add(self, node: Node) -> Node:
+        self.fixed[node.name] = node
+        return node
+
+    def children(self) -> dict[str, Node]:
+        return self.fixed
+
+    def lookup(self, name: str) -> Node | None:
+        return self.children().get(name)
+
+
+class Attr(Node):
+    """A sysfs-style attribute: read gives a fresh snapshot, write one whole value."""
+
+    kind = "attr"
+
+    def __init__(self, tree: Tree, name: str, parent: Dir, read: ReadFn | None = None,
+                 write: WriteFn | None = None, *, owner_file: str | None = None,
+                 buffered: bool = False) -> None:
+        super().__init__(tree, name, parent)
+        self.read = read
+        self.write = write
+        #: the writes of a buffered attribute (policy) are committed on close
+        self.buffered = buffered
+
+    def mode(self) -> int:
+        group = self.tree.group_writable
+        if self.read and self.write:
+            bits = 0o664 if group else 0o644
+        elif self.write:
+            bits = 0o220 if group else 0o200
+        else:
+            bits = 0o444
+        return stat.S_IFREG | bits
+
+    def size(self) -> int:
+        return 4096 if self.read else 0
+
+
+class EventsFile(Node):
+    kind = "events"
+
+    def __init__(self, tree: Tree, name: str, parent: Dir, subsystem: str | None) -> None:
+        super().__init__(tree, name, parent)
+        self.subsystem = subsystem
+
+    def mode(self) -> int:
+        return stat.S_IFREG | 0o444
+
+
+class PortionFile(Node):
+    kind = "portion"
+    attr_timeout = IMMUTABLE_TIMEOUT
+    entry_timeout = REMOVABLE_ENTRY_TIMEOUT
+
+    def __init__(self, tree: Tree, parent: PortionDir, portion: Portion) -> None:
+        super().__init__(tree, portion.name, parent)
+        self.portion = portion
+        self.store = parent.store
+
+    def alive(self) -> bool:
+        return (self.store.portions.get(self.portion.number) is self.portion
+                and self.parent.alive())
+
+    def mode(self) -> int:
+        return stat.S_IFREG | 0o444
+
+    def size(self) -> int:
+        return self.portion.size
+
+    def mtime_ns(self) -> int:
+        return self.portion.mtime_ns
+
+
+class PortionDir(Dir):
+    """dataset/, feedback/, recommendations/: a view of one store's portions."""
+
+    def __init__(self, tree: Tree, name: str, parent: Dir, store: PortionStore) -> None:
+        super().__init__(tree, name, parent)
+        self.store = store
+        self._nodes: dict[int, PortionFile] = {}
+
+    def children(self) -> dict[str, Node]:
+        portions = self.store.portions
+        for number in [n for n in self._nodes if n not in portions]:
+            self._nodes.pop(number)  # its inode stays dead: alive() is False
+        out: dict[str, Node] = {}
+        for number in sorted(portions):
+            node = self._nodes.get(number)
+            if node is None or node.portion is not portions[number]:
+                node = self._nodes[number] = PortionFile(self.tree, self, portions[number])
+            out[node.name] = node
+        return out
+
+
+class ModelDir(Dir):
+    def __init__(self, tree: Tree, parent: ModelsDir, proxy: ModelProxy) -> None:
+        super().__init__(tree, proxy.name, parent)
+        self.proxy = proxy
+        ops = tree.actions
+        add = self.add
+        add(Attr(tree, "control", self, write=lambda d: ops.model_control(proxy, d)))
+        add(Attr(tree, "state", self, read=lambda: proxy.state + "\n"))
+        add(Attr(tree, "mode", self, read=lambda: proxy.mode + "\n",
+                 write=lambda d: ops.sync(proxy.set_mode, d)))
+        add(Attr(tree, "mode_switching", self, read=lambda: proxy.mode_switching + "\n"))
+        add(Attr(tree, "knobs", self, read=lambda: " ".join(proxy.controlled) + "\n",
+                 write=lambda d: ops.sync(proxy.set_knobs, d)))
+        add(Attr(tree, "recommend", self, write=lambda d: ops.sync(proxy.recommend, d)))
+        add(Attr(tree, "policy", self, read=proxy.policy_text,
+                 write=lambda d: ops.policy(proxy, d), buffered=True))
+        add(Attr(tree, "efficiency", self, read=proxy.efficiency_text))
+        add(Attr(tree, "errors", self, read=proxy.errors_text))
+        add(PortionDir(tree, "recommendations", self, proxy.journal))
+        add(PortionDir(tree, "feedback", self, proxy.feedback))
+
+    def alive(self) -> bool:
+        parent = self.parent
+        return parent.runtime.models.get(self.proxy.name) is self.proxy and parent.alive()
+
+
+class ModelsDir(Dir):
+    """models/: configfs-style, mkdir creates a proxy and rmdir destroys it."""
+
+    def __init__(self, tree: Tree, parent: Dir, runtime: SubsystemRuntime) -> None:
+        super().__init__(tree, "models", parent)
+        self.runtime = runtime
+        self._nodes: dict[str, ModelDir] = {}
+
+    def mode(self) -> int:
+        return stat.S_IFDIR | (0o775 if self.tree.group_writable else 0o755)
+
+    def children(self) -> dict[str, Node]:
+        models = self.runtime.models
+        out: dict[str, Node] = {}
+        for name in [n for n in self._nodes if models.get(n) is not self._nodes[n].proxy]:
+            self._nodes.pop(name)
+        for name in sorted(models):
+            node = self._nodes.get(name)
+            if node is None:
+                node = self._nodes[name] = ModelDir(self.tree, self, models[name])
+            out[name] = node
+        return out
+
+
+class SubsystemDir(Dir):
+    def __init__(self, tree: Tree, parent: Dir, runtime: SubsystemRuntime) -> None:
+        super().__init__(tree, runtime.name, parent)
+        ops = tree.actions
+        self.add(Attr(tree, "info", self, read=lambda: _json(runtime.info())))
+        self.add(Attr(tree, "control", self, write=lambda d: ops.control(runtime, d)))
+        self.add(Attr(tree, "objective", self, read=runtime.objective_text,
+                      write=lambda d: ops.sync(runtime.write_objective, d)))
+        knobs = self.add(Dir(tree, "knobs", self))
+        for name in runtime.subsystem.knobs:
+            knobs.add(Attr(tree, name, knobs, read=_knob_reader(runtime, name)))
+        self.add(EventsFile(tree, "events", self, runtime.name))
+        self.add(PortionDir(tree, "dataset", self, runtime.dataset))
+        self.add(ModelsDir(tree, self, runtime))
+
+
+def _knob_reader(runtime: SubsystemRuntime, name: str) -> ReadFn:
+    return lambda: f"{runtime.knob_values[name]}\n"
+
+
+def _json(obj: object) -> str:
+    import json
+
+    return json.dumps(obj, indent=2, sort_keys=False) + "\n"
+
+
+class Tree:
+    """The inode table and the root of the mount."""
+
+    def __init__(self, exchange: Exchange, actions, version_text: str,
+                 metrics: ReadFn, group_writable: bool, started_ns: int) -> None:
+        self.exchange = exchange
+        self.actions = actions
+        self.group_writable = group_writable
+        self.started_ns = started_ns
+        self.inodes: dict[int, Node] = {}
+        self._next_ino = itertools.count(1)  # 1 is pyfuse3.ROOT_INODE
+        self.root = Dir(self, "", None)
+        self.root.add(Attr(self, "version", self.root, read=lambda: version_text))
+        self.root.add(EventsFile(self, "events", self.root, None))
+        self.root.add(Attr(self, "metrics", self.root, read=metrics))
+        for runtime in exchange.runtimes.values():
+            self.root.add(SubsystemDir(self, self.root, runtime))
+
+    def register(self, node: Node) -> int:
+        ino = next(self._next_ino)
+        self.inodes[ino] = node
+        return ino
+
+    def get(self, ino: int) -> Node | None:
+        node = self.inodes.get(ino)
+        if node is None or not node.alive():
+            return None
+        return node
+
+    def forget(self, ino: int) -> None:
+        node = self.inodes.get(ino)
+        if node is not None and not node.alive():
+            del self.inodes[ino]

@@ -1,0 +1,435 @@
+"""pyfuse3 Operations: translate FUSE requests to the node tree and the core.
+
+Handlers are thin; every one goes through `_guard`, so an unexpected exception
+is logged and answered with EIO instead of ending `pyfuse3.main` for the
+whole mount (FUSE-NOTES: handler exceptions).
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import itertools
+import logging
+import os
+import stat
+from dataclasses import dataclass, field
+
+import pyfuse3
+import trio
+
+from ..core.errors import Refused
+from ..core.events import Subscriber
+from ..core.exchange import Exchange, SubsystemRuntime
+from ..core.proxy import ModelProxy
+from .nodes import (
+    IMMUTABLE_TIMEOUT,
+    Attr,
+    Dir,
+    EventsFile,
+    ModelDir,
+    ModelsDir,
+    Node,
+    PortionFile,
+    Tree,
+)
+
+log = logging.getLogger("mlfs.fs")
+
+SIGNAL_CHECK_SECONDS = 0.1
+MAX_BUFFERED_WRITE = 16 << 20
+
+
+def _guard(handler):
+    """Log unexpected exceptions and answer EIO; let FUSEError through."""
+
+    @functools.wraps(handler)
+    async def wrapper(self, *args, **kwargs):
+        try:
+            return await handler(self, *args, **kwargs)
+        except pyfuse3.FUSEError:
+            raise
+        except Refused as exc:
+            raise pyfuse3.FUSEError(exc.errno or errno.EINVAL) from None
+        except (trio.Cancelled, KeyboardInterrupt):
+            raise
+        except BaseException:
+            log.exception("unexpected error in %s", handler.__name__)
+            raise pyfuse3.FUSEError(errno.EIO) from None
+
+    return wrapper
+
+
+def opener_interrupted(pid: int) -> bool:
+    """True when `pid` has exited or has a pending signal it does not block.
+
+    pyfuse3 does not handle FUSE_INTERRUPT, so a blocked read looks at its
+    opener instead and answers EINTR only when the opener would really be
+    interrupted (FUSE-NOTES: the event stream).
+    """
+    try:
+        with open(f"/proc/{pid}/status", "rb") as fh:
+            text = fh.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    except OSError:
+        return False
+    fields = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(b":")
+        if key in (b"SigPnd", b"ShdPnd", b"SigBlk", b"State"):
+            fields[key] = value.strip()
+    if fields.get(b"State", b"").startswith((b"Z", b"X")):
+        return True
+    try:
+        pending = int(fields.get(b"SigPnd", b"0"), 16) | int(fields.get(b"ShdPnd", b"0"), 16)
+        blocked = int(fields.get(b"SigBlk", b"0"), 16)
+    except ValueError:
+        return False
+    return bool(pending & ~blocked)
+
+
+@dataclass
+class Handle:
+    node: Node
+    snapshot: bytes = b""
+    fd: int = -1
+    subscriber: Subscriber | None = None
+    pid: int = 0
+    nonblock: bool = False
+    wake: trio.Event | None = None
+    poll_handle: object | None = None
+    buffer: bytearray = field(default_factory=bytearray)
+    dirty: bool = False
+    truncated: bool = False
+    committed: bool = False
+
+
+class Operations(pyfuse3.Operations):
+    supports_dot_lookup = False
+    enable_writeback_cache = False
+    enable_acl = False
+
+    def __init__(self, exchange: Exchange, *, version_text: str, metrics, gid: int = 0) -> None:
+        super().__init__()
+        self.exchange = exchange
+        self.gid = gid
+        self.tree = Tree(exchange, self, version_text, metrics, group_writable=gid != 0,
+                         started_ns=exchange_started_ns(exchange))
+        self._handles: dict[int, Handle] = {}
+        self._next_fh = itertools.count(1)
+        self.stopping = False
+
+    # ---- actions called by attribute writers --------------------------------
+    async def sync(self, fn, data: bytes) -> None:
+        fn(data)
+
+    async def control(self, runtime: SubsystemRuntime, data: bytes) -> None:
+        try:
+            await self.exchange.control(runtime, data)
+        except Refused as exc:
+            self.exchange.count_error(runtime.name, "control")
+            log.warning("%s/control refused: %s", runtime.name, exc.reason)
+            raise
+
+    async def model_control(self, proxy: ModelProxy, data: bytes) -> None:
+        await self.exchange.model_control(proxy, data)
+
+    async def policy(self, proxy: ModelProxy, data: bytes) -> None:
+        """Validate out of process (off the trio thread), then install."""
+        try:
+            if data:
+                proxy.check_policy(data)
+                from ..core.policy import check_in_subprocess
+
+                await trio.to_thread.run_sync(check_in_subprocess, data)
+            proxy.set_policy(data)
+        except Refused as exc:
+            raise proxy.refuse("policy", data[:200], exc) from None
+        except Exception as exc:
+            raise proxy.refuse("policy", data[:200], Refused(errno.EINVAL, str(exc))) from None
+
+    # ---- attributes ----------------------------------------------------------
+    def _node(self, inode: int) -> Node:
+        node = self.tree.get(inode)
+        if node is None:
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        return node
+
+    def _attrs(self, node: Node) -> pyfuse3.EntryAttributes:
+        entry = pyfuse3.EntryAttributes()
+        entry.st_ino = node.ino
+        entry.generation = 0
+        entry.entry_timeout = node.entry_timeout
+        entry.attr_timeout = node.attr_timeout
+        entry.st_mode = node.mode()
+        entry.st_nlink = 2 if isinstance(node, Dir) else 1
+        entry.st_uid = 0
+        entry.st_gid = self.gid
+        entry.st_rdev = 0
+        entry.st_size = node.size()
+        entry.st_blksize = 1 << 20
+        entry.st_blocks = (entry.st_size + 511) // 512
+        mtime = node.mtime_ns()
+        entry.st_atime_ns = entry.st_mtime_ns = entry.st_ctime_ns = mtime
+        return entry
+
+    @_guard
+    async def lookup(self, parent_inode, name, ctx=None):
+        parent = self._node(parent_inode)
+        if not isinstance(parent, Dir):
+            raise pyfuse3.FUSEError(errno.ENOTDIR)
+        text = os.fsdecode(name)
+        if text == ".":
+            return self._attrs(parent)
+        if text == "..":
+            return self._attrs(parent.parent or parent)
+        node = parent.lookup(text)
+        if node is None:
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        return self._attrs(node)
+
+    @_guard
+    async def getattr(self, inode, ctx=None):
+        return self._attrs(self._node(inode))
+
+    @_guard
+    async def setattr(self, inode, attr, fields, fh, ctx):
+        node = self._node(inode)
+        if fields.update_size and isinstance(node, Attr) and node.write:
+            return self._attrs(node)  # `truncate`/O_TRUNC on an attribute: ignored
+        raise pyfuse3.FUSEError(errno.EPERM)
+
+    def forget(self, inode_list):
+        for inode, _ in inode_list:
+            self.tree.forget(inode)
+
+    # ---- directories ---------------------------------------------------------
+    @_guard
+    async def opendir(self, inode, ctx):
+        node = self._node(inode)
+        if not isinstance(node, Dir):
+            raise pyfuse3.FUSEError(errno.ENOTDIR)
+        return inode
+
+    @_guard
+    async def readdir(self, fh, start_id, token):
+        node = self._node(fh)
+        entries = list(node.children().values())
+        for index, child in enumerate(entries[start_id:], start=start_id + 1):
+            if not pyfuse3.readdir_reply(token, os.fsencode(child.name), self._attrs(child),
+                                         index):
+                break
+
+    @_guard
+    async def releasedir(self, fh):
+        return None
+
+    @_guard
+    async def mkdir(self, parent_inode, name, mode, ctx):
+        parent = self._node(parent_inode)
+        if not isinstance(parent, ModelsDir):
+            raise pyfuse3.FUSEError(errno.EPERM)
+        parent.runtime.create_model(os.fsdecode(name))
+        return self._attrs(parent.children()[os.fsdecode(name)])
+
+    @_guard
+    async def rmdir(self, parent_inode, name, ctx):
+        parent = self._node(parent_inode)
+        text = os.fsdecode(name)
+        if not isinstance(parent, ModelsDir):
+            if isinstance(parent, Dir) and parent.lookup(text) is not None:
+                raise pyfuse3.FUSEError(errno.EPERM)
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        parent.runtime.destroy_model(text)
+
+    @_guard
+    async def create(self, parent_inode, name, mode, flags, ctx):
+        raise pyfuse3.FUSEError(errno.EACCES)
+
+    @_guard
+    async def mknod(self, parent_inode, name, mode, rdev, ctx):
+        raise pyfuse3.FUSEError(errno.EACCES)
+
+    @_guard
+    async def unlink(self, parent_inode, name, ctx):
+        raise pyfuse3.FUSEError(errno.EPERM)
+
+    @_guard
+    async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx):
+        raise pyfuse3.FUSEError(errno.EPERM)
+
+    @_guard
+    async def statfs(self, ctx):
+        data = pyfuse3.StatvfsData()
+        data.f_bsize = data.f_frsize = 4096
+        data.f_namemax = 255
+        return data
+
+    # ---- files ---------------------------------------------------------------
+    def _new_handle(self, handle: Handle) -> int:
+        fh = next(self._next_fh)
+        self._handles[fh] = handle
+        return fh
+
+    @_guard
+    async def open(self, inode, flags, ctx):
+        node = self._node(inode)
+        access = flags & os.O_ACCMODE
+        wants_write = access in (os.O_WRONLY, os.O_RDWR)
+        wants_read = access in (os.O_RDONLY, os.O_RDWR)
+        if isinstance(node, Dir):
+            raise pyfuse3.FUSEError(errno.EISDIR)
+        if isinstance(node, PortionFile):
+            if wants_write:
+                raise pyfuse3.FUSEError(errno.EACCES)
+            try:
+                fd = os.open(node.portion.path, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                raise pyfuse3.FUSEError(errno.ENOENT) from None
+            fh = self._new_handle(Handle(node, fd=fd))
+            return pyfuse3.FileInfo(fh=fh, direct_io=False, keep_cache=True)
+        if isinstance(node, EventsFile):
+            if wants_write:
+                raise pyfuse3.FUSEError(errno.EACCES)
+            handle = Handle(node, pid=ctx.pid, nonblock=bool(flags & os.O_NONBLOCK))
+            handle.subscriber = self.exchange.bus.subscribe(node.subsystem)
+            handle.wake = trio.Event()
+            handle.subscriber.wakers.append(functools.partial(self._wake_reader, handle))
+            fh = self._new_handle(handle)
+            return pyfuse3.FileInfo(fh=fh, direct_io=True, keep_cache=False)
+        assert isinstance(node, Attr)
+        if (wants_write and node.write is None) or (wants_read and node.read is None):
+            raise pyfuse3.FUSEError(errno.EACCES)
+        handle = Handle(node, truncated=bool(flags & os.O_TRUNC))
+        if wants_read:
+            content = node.read()
+            handle.snapshot = content.encode() if isinstance(content, str) else bytes(content)
+        fh = self._new_handle(handle)
+        return pyfuse3.FileInfo(fh=fh, direct_io=True, keep_cache=False)
+
+    def _wake_reader(self, handle: Handle) -> None:
+        if handle.wake is not None:
+            handle.wake.set()
+        poll_handle, handle.poll_handle = handle.poll_handle, None
+        if poll_handle is not None:
+            try:
+                poll_handle.notify()
+            except Exception:
+                log.exception("poll notify failed")
+
+    @_guard
+    async def read(self, fh, off, size):
+        handle = self._handles.get(fh)
+        if handle is None:
+            raise pyfuse3.FUSEError(errno.EBADF)
+        if handle.fd >= 0:
+            return os.pread(handle.fd, size, off)
+        if handle.subscriber is not None:
+            return await self._read_events(handle, size)
+        return handle.snapshot[off:off + size]
+
+    async def _read_events(self, handle: Handle, size: int) -> bytes:
+        sub = handle.subscriber
+        while not sub.ready():
+            if handle.nonblock:
+                raise pyfuse3.FUSEError(errno.EAGAIN)
+            handle.wake = trio.Event()
+            with trio.move_on_after(SIGNAL_CHECK_SECONDS):
+                await handle.wake.wait()
+            if sub.ready():
+                break
+            if self.stopping:
+                return b""
+            if opener_interrupted(handle.pid):
+                raise pyfuse3.FUSEError(errno.EINTR)
+        if sub.closed and not sub.lines and not sub.lost:
+            return b""
+        return sub.take(size)
+
+    @_guard
+    async def poll(self, inode, fh, poll_handle, ctx):
+        import select
+
+        handle = self._handles.get(fh)
+        if handle is None:
+            raise pyfuse3.FUSEError(errno.EBADF)
+        if handle.subscriber is None:
+            return select.POLLIN | select.POLLOUT | select.POLLRDNORM
+        if handle.subscriber.ready():
+            return select.POLLIN | select.POLLRDNORM
+        if poll_handle is not None:
+            handle.poll_handle = poll_handle
+        return 0
+
+    @_guard
+    async def write(self, fh, off, buf):
+        handle = self._handles.get(fh)
+        if handle is None or not isinstance(handle.node, Attr) or handle.node.write is None:
+            raise pyfuse3.FUSEError(errno.EBADF)
+        node = handle.node
+        if node.buffered:  # policy: a whole file over several writes, committed on close
+            end = off + len(buf)
+            if end > MAX_BUFFERED_WRITE:
+                raise pyfuse3.FUSEError(errno.EFBIG)
+            if len(handle.buffer) < end:
+                handle.buffer.extend(b"\0" * (end - len(handle.buffer)))
+            handle.buffer[off:end] = buf
+            handle.dirty = True
+            return len(buf)
+        await node.write(bytes(buf))
+        return len(buf)
+
+    async def _commit(self, handle: Handle) -> None:
+        node = handle.node
+        if not isinstance(node, Attr) or not node.buffered or handle.committed:
+            return
+        if handle.dirty:
+            handle.committed = True
+            await node.write(bytes(handle.buffer))
+
+    @_guard
+    async def flush(self, fh):
+        handle = self._handles.get(fh)
+        if handle is not None and handle.dirty:
+            await self._commit(handle)
+
+    @_guard
+    async def release(self, fh):
+        handle = self._handles.pop(fh, None)
+        if handle is None:
+            return
+        if handle.fd >= 0:
+            os.close(handle.fd)
+        if handle.subscriber is not None:
+            handle.subscriber.unsubscribe()
+            handle.wake = None
+        node = handle.node
+        if isinstance(node, Attr) and node.buffered and not handle.committed:
+            try:
+                if handle.dirty:
+                    await self._commit(handle)
+                elif handle.truncated:
+                    await node.write(b"")  # `: > policy` removes it
+            except Refused:
+                pass  # already recorded in errors; close(2) errors are ignored anyway
+
+    @_guard
+    async def fsync(self, fh, datasync):
+        return None
+
+    @_guard
+    async def access(self, inode, mode, ctx):
+        return True
+
+    def stop(self) -> None:
+        """Shutdown: wake every blocked reader so it answers end of file."""
+        self.stopping = True
+        self.exchange.bus.close()
+
+
+def exchange_started_ns(exchange: Exchange) -> int:
+    return int(exchange.started * 1e9)
+
+
+__all__ = ["Operations", "opener_interrupted", "IMMUTABLE_TIMEOUT", "ModelDir", "stat"]
