@@ -1,0 +1,117 @@
+"""The learning loop in virtual time: ML vs default vs best static vs oracle.
+
+Drives the real proxy (`mlfs.core.exchange`) on `sim.readahead` without a
+mount, with the trainer's learner (`trainers.learner`) fed exactly what the
+mount would give it: sealed dataset portions, sealed feedback portions, and
+policy uploads / exploration recommendations through the proxy's own entry
+points.  Scores every run against counterfactuals on the same workload.
+
+    .venv/bin/python -m tests.bench.learning --seeds 0 1 2 --ticks 6000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from backends.sim_readahead import SimReadahead
+from backends.sim_replay import Counterfactuals
+from mlfs.config import load_config
+from mlfs.core.exchange import Exchange
+from trainers.learner import KnobLearner
+from trainers.schedule import TrainerSchedule
+
+
+def run_seed(seed: int, ticks: int, fit_every: int = 200) -> dict:
+    config = load_config(None)
+    with tempfile.TemporaryDirectory(prefix="mlfs-bench-") as state:
+        exchange = Exchange(config, Path(state), [SimReadahead(seed=seed)])
+        runtime = exchange.runtimes["sim.readahead"]
+        proxy = runtime.create_model("lgbm")
+        proxy.start()
+        learner = KnobLearner(runtime.info(), seed=seed)
+        schedule = TrainerSchedule(learner, seed=seed)
+        first_recommendation = None
+        within_95 = None
+        started = time.perf_counter()
+        modes = []
+        for t in range(ticks):
+            line = schedule.next_recommendation(proxy.mode, runtime.last_features,
+                                                pending=proxy.current is not None)
+            if line:
+                proxy.recommend(line.encode())
+            runtime.tick()
+            modes.append(proxy.mode)
+            if proxy.mode == "recommendation" and first_recommendation is None:
+                first_recommendation = t
+            if (t + 1) % fit_every == 0:
+                portion = runtime.dataset.seal_now()
+                if portion:
+                    learner.add_dataset(pq.read_table(portion.path))
+                feedback = proxy.feedback.seal_now()
+                if feedback and learner.fitted:
+                    learner.correct(pq.read_table(feedback.path))
+                if learner.fit().get("fitted"):
+                    proxy.set_policy(learner.policy_text().encode())
+        seconds = time.perf_counter() - started
+        runtime.dataset.seal_now()
+        table = runtime.dataset.read_all()
+        exchange.close()
+    applied = np.array(table.column("knob_read_ahead_kb").to_pylist())
+    tick_numbers = np.array(table.column("tick").to_pylist())
+    assert (tick_numbers == np.arange(ticks)).all()
+    cf = Counterfactuals(seed, ticks, applied)
+    rec_ticks = np.array([t for t, m in enumerate(modes) if m == "recommendation"])
+    # ticks until a trailing 500-tick window is within 95% of the oracle
+    window = 500
+    run_c = np.convolve(cf.applied, np.ones(window), "valid")
+    oracle_c = np.convolve(cf.table.max(axis=1), np.ones(window), "valid")
+    hits = np.nonzero(run_c >= 0.95 * oracle_c)[0]
+    within_95 = int(hits[0] + window) if len(hits) else None
+    last = np.arange(ticks // 2, ticks)
+    out = {
+        "seed": seed, "ticks": ticks, "seconds": round(seconds, 2),
+        "ticks_to_recommendation": first_recommendation,
+        "ticks_to_95pct_oracle": within_95,
+        "whole_run": cf.score(np.arange(ticks)).__dict__ | cf.score(np.arange(ticks)).ratios(),
+        "second_half": cf.score(last).__dict__ | cf.score(last).ratios(),
+    }
+    if len(rec_ticks):
+        out["recommendation_mode"] = cf.score(rec_ticks).__dict__ | cf.score(rec_ticks).ratios()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--ticks", type=int, default=6000)
+    parser.add_argument("--json")
+    args = parser.parse_args(argv)
+    results = []
+    for seed in args.seeds:
+        result = run_seed(seed, args.ticks)
+        results.append(result)
+        half = result["second_half"]
+        print(f"seed {seed}: {result['seconds']} s; recommendation at tick "
+              f"{result['ticks_to_recommendation']}; 95% of oracle at "
+              f"{result['ticks_to_95pct_oracle']}; second half: ml {half['run']:.0f} MB/s, "
+              f"x{half['vs_default']:.3f} default, x{half['vs_best_static']:.3f} best static "
+              f"({half['best_static_kb']} KiB), {half['vs_oracle']:.3f} of oracle",
+              flush=True)
+    keys = ("vs_default", "vs_best_static", "vs_oracle")
+    print("\nmedian over seeds (second half):",
+          {k: round(float(np.median([r["second_half"][k] for r in results])), 3) for k in keys})
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
