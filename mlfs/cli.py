@@ -187,6 +187,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(seconds=args.seconds, seed=args.seed)
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from .bench import main as bench_main
+
+    argv = (["--quick"] if args.quick else []) + (["--json", args.json] if args.json else [])
+    return bench_main(argv)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mlfs", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -215,6 +222,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seconds", type=float, default=120.0)
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_demo)
+    p = sub.add_parser("bench", help="what the exchange costs, against same-run references")
+    p.add_argument("--quick", action="store_true", help="a smoke run of under a minute")
+    p.add_argument("--json", help="write the report as JSON here")
+    p.set_defaults(func=cmd_bench)
     return parser
 
 

@@ -21,14 +21,16 @@ from .learner import KnobLearner
 class TrainerSchedule:
     """Decide, before each tick (or on each event), what to write to `recommend`."""
 
-    def __init__(self, learner: KnobLearner, seed: int = 0, warmup_explorations: int = 40,
-                 explore_share: dict[str, float] | None = None, ttl: int = 10) -> None:
+    #: an exploration should cover about one ML tick: ttl ~ 1 / the mode's ML share
+    TTL = {"learning": 10, "collaboration": 2, "recommendation": 1}
+
+    def __init__(self, learner: KnobLearner, seed: int = 0, warmup_explorations: int = 60,
+                 explore_share: dict[str, float] | None = None) -> None:
         self.learner = learner
         self.rng = np.random.default_rng(seed)
         self.warmup = warmup_explorations
-        self.share = explore_share or {"learning": 0.25, "collaboration": 0.03,
-                                       "recommendation": 0.0, "emergency": 0.0}
-        self.ttl = ttl
+        self.share = explore_share or {"learning": 0.3, "collaboration": 0.05,
+                                       "recommendation": 0.02, "emergency": 0.0}
         self.explorations = 0
 
     def next_recommendation(self, mode: str, features: Mapping | None, *,
@@ -37,13 +39,13 @@ class TrainerSchedule:
         if pending or mode == "emergency":
             return None
         if self.explorations < self.warmup or not self.learner.fitted:
-            return self._explore(features)
+            return self._explore(features, mode)
         if self.rng.random() < self.share.get(mode, 0.0):
-            return self._explore(features)
+            return self._explore(features, mode)
         return None
 
-    def _explore(self, features: Mapping | None) -> str:
+    def _explore(self, features: Mapping | None, mode: str) -> str:
         self.explorations += 1
         knobs = self.learner.explore(features, self.rng)
         pairs = " ".join(f"{k}={v}" for k, v in knobs.items())
-        return f"{pairs} ttl={self.ttl}"
+        return f"{pairs} ttl={self.TTL.get(mode, 1)}"

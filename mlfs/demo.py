@@ -1,0 +1,179 @@
+"""`mlfs demo`: the whole loop on the simulated subsystem, in a few minutes.
+
+Mounts `sim.readahead` (embedded default configuration) on a temporary
+directory with a temporary state directory, runs a LightGBM trainer worker
+against it, shows one live progress line, and ends with a summary that scores
+the run against the default, the best static value and an oracle on the very
+same workload (the simulation replays from its seed).  Everything is removed
+afterwards, also on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+
+SUBSYSTEM = "sim.readahead"
+MODEL = "lgbm"
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return "?"
+
+
+def _tick(mountpoint: Path) -> str:
+    for line in _read(mountpoint / "metrics").splitlines():
+        if line.startswith("mlfs_tick{"):
+            return line.rsplit(" ", 1)[1]
+    return "?"
+
+
+def _demo_config(seed: int) -> str | None:
+    """None (the embedded default) unless the seed or the user's rights differ."""
+    from .config import default_text
+
+    text = default_text()
+    changed = False
+    if seed != 0:
+        text = text.replace("seed = 0", f"seed = {seed}")
+        changed = True
+    if os.geteuid() != 0:  # allow_other needs root or user_allow_other in fuse.conf
+        text = text.replace("allow_other = true", "allow_other = false")
+        changed = True
+    return text if changed else None
+
+
+def run_demo(seconds: float = 120.0, seed: int = 0, settle: float = 30.0) -> int:
+    from trainers.worker import run_worker
+
+    workdir = Path(tempfile.mkdtemp(prefix="mlfs-demo-"))
+    mountpoint = workdir / "mnt"
+    state_dir = workdir / "state"
+    mountpoint.mkdir()
+    config_text = _demo_config(seed)
+    command = [sys.executable, "-m", "mlfs", "mount", str(mountpoint),
+               "--state-dir", str(state_dir)]
+    if config_text:
+        (workdir / "mlfs.toml").write_text(config_text)
+        command += ["--config", str(workdir / "mlfs.toml")]
+    print(f"mlfs demo: mounting {SUBSYSTEM} on {mountpoint}")
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        print(done.stdout + done.stderr, file=sys.stderr)
+        shutil.rmtree(workdir, ignore_errors=True)
+        return 1
+    pid = int((state_dir / "mlfs.pid").read_text())
+    stop = threading.Event()
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    worker_stats: dict = {}
+
+    def worker() -> None:
+        worker_stats.update(run_worker(str(mountpoint), SUBSYSTEM, MODEL, stop=stop) or {})
+
+    thread = threading.Thread(target=worker, name="trainer", daemon=True)
+    interrupted = False
+    mode_changes: list[tuple[str, str]] = []
+    try:
+        thread.start()
+        started = time.monotonic()
+        model = mountpoint / SUBSYSTEM / "models" / MODEL
+        last_mode = None
+        in_recommendation_since = None
+        while time.monotonic() - started < seconds:
+            time.sleep(1.0)
+            mode = _read(model / "mode")
+            if mode != last_mode:
+                mode_changes.append((_tick(mountpoint), mode))
+                last_mode = mode
+            if mode == "recommendation":
+                in_recommendation_since = in_recommendation_since or time.monotonic()
+                if time.monotonic() - in_recommendation_since >= settle:
+                    break
+            else:
+                in_recommendation_since = None
+            line = (f"\r  {time.monotonic() - started:5.0f} s  tick {_tick(mountpoint):>6}  "
+                    f"mode {mode:<15} efficiency {_read(model / 'efficiency'):>6}  "
+                    f"read_ahead_kb {_read(mountpoint / SUBSYSTEM / 'knobs/read_ahead_kb'):>5}")
+            print(line, end="", flush=True)
+        print()
+    except KeyboardInterrupt:
+        interrupted = True
+        print("\nmlfs demo: interrupted; cleaning up")
+    finally:
+        stop.set()
+        thread.join(timeout=15)
+        subprocess.run([sys.executable, "-m", "mlfs", "umount", str(mountpoint)],
+                       capture_output=True)
+        _ensure_gone(pid, mountpoint)
+    try:
+        if not interrupted:
+            _summary(state_dir, seed, mode_changes, worker_stats)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 130 if interrupted else 0
+
+
+def _ensure_gone(pid: int, mountpoint: Path) -> None:
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if Path(f"/proc/{pid}").exists():
+        os.kill(pid, signal.SIGKILL)
+    if os.path.ismount(mountpoint):
+        subprocess.run(["fusermount3", "-u", "-z", str(mountpoint)], capture_output=True)
+
+
+def _summary(state_dir: Path, seed: int, mode_changes: list, worker_stats: dict) -> None:
+    from backends.sim_replay import Counterfactuals
+
+    files = sorted((state_dir / SUBSYSTEM / "dataset").glob("*.parquet"))
+    if not files:
+        print("no dataset rows were sealed")
+        return
+    table = _concat(files)
+    ticks = np.array(table.column("tick").to_pylist())
+    applied = np.array(table.column("knob_read_ahead_kb").to_pylist())
+    modes = np.array(table.column("mode").to_pylist())
+    controller = np.array(table.column("controller").to_pylist())
+    n = int(ticks.max()) + 1
+    full = np.full(n, 128)
+    full[ticks] = applied
+    cf = Counterfactuals(seed, n, full)
+    print("\nmode changes (tick: mode): "
+          + ", ".join(f"{tick}: {mode}" for tick, mode in mode_changes))
+    print(f"ticks {n}, ML-controlled {int((controller == 'ml').sum())}")
+    rows = [("whole run", ticks)]
+    rec = ticks[modes == "recommendation"]
+    if len(rec):
+        rows.append(("in recommendation mode", rec))
+    print(f"\n{'window':<24} {'ticks':>6} {'mlfs MB/s':>10} {'default':>9} "
+          f"{'best static':>17} {'oracle':>8} {'vs default':>10} {'vs static':>9} "
+          f"{'of oracle':>9}")
+    for label, window in rows:
+        s = cf.score(window)
+        r = s.ratios()
+        print(f"{label:<24} {s.ticks:>6} {s.run:>10.1f} {s.default:>9.1f} "
+              f"{s.best_static:>9.1f} ({s.best_static_kb:>4} KiB) {s.oracle:>8.1f} "
+              f"{r['vs_default']:>10.3f} {r['vs_best_static']:>9.3f} {r['vs_oracle']:>9.3f}")
+    print("\n(noise-free throughput of the simulated device on the same workload; "
+          "'best static' is the single read_ahead_kb best in hindsight over the window)")
+
+
+def _concat(files: list[Path]):
+    import pyarrow as pa
+
+    return pa.concat_tables([pq.read_table(f) for f in files])
