@@ -79,6 +79,9 @@ class Sample:
     numbers (float or int).  `critical` is a reason string when the subsystem
     is in a critical state (e.g. memory pressure above threshold): the proxy
     then puts every model into emergency and runs the default algorithm.
+    `extra` may carry `refused` ({knob: reason}: a write the kernel refused)
+    and `foreign` ({knob: reason}: a value changed behind mlfs's back, which
+    the backend no longer touches); the proxy reports both as `knob` events.
     """
 
     features: dict[str, float]
@@ -119,6 +122,14 @@ class Subsystem(abc.ABC):
         call.  Must not raise for ordinary conditions; a knob the kernel refused
         is reported in `Sample.extra["refused"]`.
         """
+
+    def release(self, knobs: list[str]) -> None:
+        """No model controls `knobs` any more: real backends restore them now.
+
+        The next tick would apply the default algorithm anyway; this makes
+        `stop`/`rmdir` of a model put the original values back at once.
+        """
+        return None
 
     def close(self) -> None:
         """Stop: real backends restore every original knob value here."""

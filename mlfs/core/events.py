@@ -24,6 +24,8 @@ class Subscriber:
         self.subsystem = subsystem
         self.capacity = capacity
         self.lines: collections.deque[bytes] = collections.deque()
+        #: the rest of a line a short read(2) took only the start of
+        self.partial = b""
         self.lost = 0
         self.lost_last_seq = 0
         self.closed = False
@@ -43,16 +45,30 @@ class Subscriber:
             waker()
 
     def ready(self) -> bool:
-        return bool(self.lines) or self.lost > 0 or self.closed
+        return self.has_data() or self.closed
+
+    def has_data(self) -> bool:
+        return bool(self.partial) or bool(self.lines) or self.lost > 0
 
     def take(self, max_bytes: int) -> bytes:
-        """Whole lines, at most `max_bytes` (at least one line if any is ready)."""
+        """At most `max_bytes`: whole lines when they fit, else the start of one line.
+
+        A reader with a buffer smaller than the next line (a pipe-like
+        `read(fd, 16)`) gets the line in pieces; the reply is never longer
+        than the kernel asked for (that fails the whole read with EIO).
+        """
+        max_bytes = max(1, max_bytes)
         out: list[bytes] = []
         size = 0
-        if self.lost:
+        if self.partial:
+            out.append(self.partial)
+            size += len(self.partial)
+            self.partial = b""
+        if self.lost and (not out or size < max_bytes):
             marker = self._bus.encode(
                 {
                     "seq": self.lost_last_seq,
+                    "ts": rfc3339(),
                     "subsystem": self.subsystem,
                     "event": "overflow",
                     "lost": self.lost,
@@ -65,7 +81,10 @@ class Subscriber:
             line = self.lines.popleft()
             out.append(line)
             size += len(line)
-        return b"".join(out)
+        data = b"".join(out)
+        if len(data) > max_bytes:
+            data, self.partial = data[:max_bytes], data[max_bytes:]
+        return data
 
     def close(self) -> None:
         """Shutdown: wake the reader so it can answer end of file."""

@@ -197,6 +197,12 @@ class SubsystemRuntime:
         for proxy in active:
             proxy.record(tick, ts, by_proxy.get(proxy.name), objective, knobs, features)
             proxy.update_mode(sample.critical)
+        for status in ("refused", "foreign"):
+            for knob, reason in (sample.extra.get(status) or {}).items():
+                self.exchange.count_error(self.name, f"knobs/{knob}")
+                log.warning("%s: knob %s %s: %s", self.name, knob, status, reason)
+                self.exchange.bus.publish(self.name, "knob", knob=knob, status=status,
+                                          reason=str(reason))
         if sample.critical != self.critical:
             if sample.critical:
                 log.warning("%s: critical state: %s", self.name, sample.critical)

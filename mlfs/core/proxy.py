@@ -227,6 +227,7 @@ class ModelProxy:
             self._finish(self.current, "ignored", "model stopped")
             self.current = None
         self._set_state("stopped")
+        self.runtime.subsystem.release(list(self.controlled))
 
     def _set_state(self, new: str) -> None:
         old, self.state = self.state, new

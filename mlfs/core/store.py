@@ -109,10 +109,12 @@ class PortionStore:
     def _recover(self) -> None:
         for tmp in self.directory.glob("*.tmp"):
             tmp.unlink(missing_ok=True)
+        highest = 0  # damaged portions count too: a name once shown is never reused
         for path in sorted(self.directory.glob("*" + PORTION_SUFFIX)):
             stem = path.name[: -len(PORTION_SUFFIX)]
             if not stem.isdigit():
                 continue
+            highest = max(highest, int(stem))
             st = path.stat()
             try:
                 rows = pq.ParquetFile(path).metadata.num_rows
@@ -121,7 +123,7 @@ class PortionStore:
                 path.rename(path.with_suffix(".damaged"))
                 continue
             self.portions[int(stem)] = Portion(int(stem), path, st.st_size, rows, st.st_mtime_ns)
-        self._next = max(self._read_counter(), max(self.portions, default=0) + 1, 1)
+        self._next = max(self._read_counter(), highest + 1, 1)
         if self.portions:
             last = self.portions[max(self.portions)]
             column = pq.read_table(last.path, columns=[self.key]).column(0)
@@ -133,6 +135,7 @@ class PortionStore:
             key=lambda p: int(p.name.split(".")[1]) if p.name.split(".")[1].isdigit() else 0,
         )
         replay: list[dict] = []
+        floor = self.last_key  # keys rise: a row at or below it is already kept
         for wal in wals:
             with open(wal, "rb") as fh:
                 for raw in fh:
@@ -141,8 +144,10 @@ class PortionStore:
                     except ValueError:
                         continue  # a torn last line
                     key = row.get(self.key)
-                    if self.last_key is not None and key is not None and key <= self.last_key:
-                        continue
+                    if key is not None:
+                        if floor is not None and key <= floor:
+                            continue  # sealed already, or copied twice by a crashed recovery
+                        floor = key
                     replay.append(row)
         if wals:
             self._wal_seq = max(int(p.name.split(".")[1]) for p in wals) + 1
