@@ -27,11 +27,19 @@ FACTORIES: dict[str, Callable[[dict], list[Subsystem]]] = {
 }
 
 
-def create_subsystems(entries: tuple[dict, ...] | list[dict]) -> list[Subsystem]:
-    """Build every configured subsystem; names must be unique."""
+def create_subsystems(entries: tuple[dict, ...] | list[dict],
+                      state_dir: str | None = None) -> list[Subsystem]:
+    """Build every configured subsystem; names must be unique.
+
+    Backends that write real settings need the state directory (for the
+    ledger of original values): it is passed as the `state_dir` setting to
+    every factory except the simulated one.
+    """
     subsystems: list[Subsystem] = []
     for entry in entries:
         settings = dict(entry)
+        if state_dir is not None and not settings["backend"].startswith("sim."):
+            settings["state_dir"] = str(state_dir)
         backend = settings.pop("backend")
         factory = FACTORIES.get(backend)
         if factory is None:

@@ -80,7 +80,7 @@ def serve(mountpoint: Path, config: Config, state_dir: Path, ready_fd: int | Non
     if is_mounted(mountpoint):
         log.error("%s is already mounted", mountpoint)
         return 1
-    exchange = Exchange(config, state_dir, create_subsystems(config.subsystems))
+    exchange = Exchange(config, state_dir, create_subsystems(config.subsystems, state_dir))
     ops = Operations(exchange, version_text=f"mlfs {__version__}\n",
                      metrics=lambda: metrics.render(exchange),
                      gid=_group_id(config.mount.group))
