@@ -200,7 +200,8 @@ class Operations(pyfuse3.Operations):
             return self._attrs(node)  # `truncate`/O_TRUNC on an attribute: ignored
         raise pyfuse3.FUSEError(errno.EPERM)
 
-    def forget(self, inode_list):
+    @_guard
+    async def forget(self, inode_list):
         for inode, _ in inode_list:
             self.tree.forget(inode)
 
@@ -343,7 +344,7 @@ class Operations(pyfuse3.Operations):
                 return b""
             if opener_interrupted(handle.pid):
                 raise pyfuse3.FUSEError(errno.EINTR)
-        if sub.closed and not sub.lines and not sub.lost:
+        if sub.closed and not sub.has_data():
             return b""
         return sub.take(size)
 
