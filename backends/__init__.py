@@ -22,8 +22,22 @@ def _sim_readahead(settings: dict) -> list[Subsystem]:
     return [SimReadahead(**kwargs)]
 
 
+def _linux_vm(settings: dict) -> list[Subsystem]:
+    from .linux_vm import factory
+
+    return list(factory(settings))
+
+
+def _linux_block(settings: dict) -> list[Subsystem]:
+    from .linux_block import factory
+
+    return list(factory(settings))
+
+
 FACTORIES: dict[str, Callable[[dict], list[Subsystem]]] = {
     "sim.readahead": _sim_readahead,
+    "linux.vm": _linux_vm,
+    "linux.block": _linux_block,
 }
 
 

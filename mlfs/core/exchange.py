@@ -17,6 +17,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -27,7 +28,7 @@ from backends.base import KnobValue, Sample, Subsystem
 from .clock import now_us
 from .errors import Refused, invalid
 from .events import EventBus
-from .proxy import MODES, ModelProxy
+from .proxy import MODES, Decision, ModelProxy
 from .store import Portion, PortionStore
 from .text import MODEL_NAME, column_name, knob_column, one_word, parse_float
 
@@ -35,6 +36,16 @@ log = logging.getLogger("mlfs.exchange")
 
 _ARROW_TYPES = {"float64": pa.float64(), "int64": pa.int64(), "string": pa.string()}
 TICK_RESERVE = 1000
+
+
+@dataclass
+class TickPlan:
+    tick: int
+    knobs: dict[str, KnobValue]
+    active: list[ModelProxy]
+    decisions: list[tuple[ModelProxy, Decision]]
+    features: dict | None
+    started: float
 
 
 class SubsystemRuntime:
@@ -160,30 +171,46 @@ class SubsystemRuntime:
     # ---- the tick -------------------------------------------------------------
     def tick(self) -> Sample:
         """Decide, apply, run, sample and record one tick; never waits on anyone."""
+        plan = self.plan()
+        return self.finish(plan, self.subsystem.step(plan.knobs))
+
+    def plan(self) -> TickPlan:
+        """The decision half of a tick: who controls which knob, and the values.
+
+        Runs on the trio thread (it touches proxies); a blocking backend's
+        `step` may then run in a worker thread, and `finish` records on the
+        trio thread again, so no proxy or store is ever touched by two threads.
+        """
         started = time.perf_counter()
         tick = self.next_tick
         self.next_tick += 1
         if self.next_tick > self._reserved:
             self._reserve(self.next_tick + TICK_RESERVE)
-        features = self.last_features
         knobs = self.subsystem.default_knobs(self.last_sample)
         active = [p for p in self.models.values() if p.active]
         decisions = []
         for proxy in active:
             proxy.expire(tick)
             if proxy.wants_ml():
-                decision = proxy.decide(tick, features, knobs)
+                decision = proxy.decide(tick, self.last_features, knobs)
                 if decision is not None:
                     knobs.update({k: v for k, v in decision.knobs.items()
                                   if k in proxy.controlled})
                     decisions.append((proxy, decision))
-        sample = self.subsystem.step(knobs)
+        return TickPlan(tick, knobs, active, decisions, self.last_features, started)
+
+    def finish(self, plan: TickPlan, sample: Sample) -> Sample:
+        """The recording half: dataset row, feedback, modes, reports."""
         ts = now_us()
+        knobs = dict(plan.knobs)
+        knobs.update(sample.extra.get("applied") or {})  # what the kernel really has
         objective = sample.objective
         if self._objective_override is not None:
             objective, self._objective_override = self._objective_override, None
-        row = {"ts": ts, "tick": tick,
-               "controller": "ml" if decisions else "default"}
+        # a model stopped or removed while a blocking step ran is not recorded
+        active = [p for p in plan.active if p.active and self.models.get(p.name) is p]
+        decisions = [(p, d) for p, d in plan.decisions if p in active]
+        row = {"ts": ts, "tick": plan.tick, "controller": "ml" if decisions else "default"}
         lead = decisions[0][0] if decisions else (active[0] if active else None)
         row["model"] = lead.name if lead else None
         row["mode"] = lead.mode if lead else "default"
@@ -193,9 +220,10 @@ class SubsystemRuntime:
         row.update(sample_features)
         row["objective"] = objective
         self.dataset.append(row)
-        by_proxy = dict((p.name, d) for p, d in decisions)
+        by_proxy = {p.name: d for p, d in decisions}
         for proxy in active:
-            proxy.record(tick, ts, by_proxy.get(proxy.name), objective, knobs, features)
+            proxy.record(plan.tick, ts, by_proxy.get(proxy.name), objective, knobs,
+                         plan.features)
             proxy.update_mode(sample.critical)
         for status in ("refused", "foreign"):
             for knob, reason in (sample.extra.get(status) or {}).items():
@@ -212,7 +240,7 @@ class SubsystemRuntime:
         self.knob_values = knobs
         self.last_objective = objective
         self.ticks += 1
-        self.tick_seconds_total += time.perf_counter() - started
+        self.tick_seconds_total += time.perf_counter() - plan.started
         return sample
 
     def _reserve(self, upto: int) -> None:
@@ -351,10 +379,12 @@ class Exchange:
         deadline = trio.current_time()
         while not self._stopping:
             try:
+                plan = runtime.plan()
                 if getattr(runtime.subsystem, "blocking", False):
-                    await trio.to_thread.run_sync(runtime.tick)
+                    sample = await trio.to_thread.run_sync(runtime.subsystem.step, plan.knobs)
                 else:
-                    runtime.tick()
+                    sample = runtime.subsystem.step(plan.knobs)
+                runtime.finish(plan, sample)
             except Exception:
                 runtime.errors += 1
                 log.exception("%s: tick failed", runtime.name)

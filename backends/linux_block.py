@@ -1,0 +1,217 @@
+"""linux.block.<dev>: one block device's request queue as an mlfs subsystem.
+
+Features (per tick, from /sys/block/<dev>/stat over the window right after the
+knobs were applied; see the kernel's Documentation/block/stat.rst):
+``reads_per_s``, ``writes_per_s``, ``read_merges_per_s``,
+``write_merges_per_s``, ``flushes_per_s`` (I/Os completed), ``read_mb_per_s``,
+``write_mb_per_s`` (sectors are 512 bytes; MB = 10^6 bytes), ``read_req_kb``,
+``write_req_kb`` (mean request size, KiB), ``read_await_ms``,
+``write_await_ms`` (time per completed request, ms), ``in_flight`` (requests
+in flight at the end of the window), ``util`` (io_ticks: share of the window
+the device was busy, 0-1) and ``queue_depth`` (time_in_queue / window: mean
+requests in the queue).  Block tracepoints (bpftrace) are not used: the
+counters cover what the knobs act on, without a tracer dependency.
+
+Knobs (in /sys/block/<dev>/queue/): ``read_ahead_kb`` (0-65536),
+``nr_requests`` (4-2048: BLKDEV_MIN_RQ to MAX_SCHED_RQ; a device may accept
+less, which the kernel refuses with EINVAL and mlfs reports), ``scheduler``
+(a choice among the names the kernel lists, e.g. ``[mq-deadline] none``).
+Switching the scheduler resets nr_requests: mlfs records nr_requests' original
+too before a scheduler write and restores the scheduler first.
+
+Objective: ``read_mb_per_s``, goal ``max`` (readahead and queue depth are
+read-side tunables); any feature can be chosen (``objective``, ``goal``).
+
+Devices: ``devices = ["sda", "loop7"]`` serves those (whole disks listed in
+/sys/block, else a configuration error); ``devices = "auto"`` (the default)
+serves every whole disk in /sys/block that is not a loop, ram, zram or
+device-mapper device and has a non-zero size (an empty CD drive or an
+unconfigured nbd has nothing to observe).  Each device is its own subsystem,
+named ``linux.block.<dev>``; one table's settings apply to all its devices.
+
+Configuration::
+
+    [[subsystem]]
+    backend = "linux.block"
+    devices = ["loop7"]            # default "auto"
+    tick_seconds = 1.0             # default
+    measure_seconds = 0.8          # default 0.8 * tick_seconds; 0 = since last tick
+    objective = "read_mb_per_s"
+    goal = "max"
+    apply = {read_ahead_kb = [16, 4096], scheduler = ["none", "mq-deadline"]}
+
+Without ``apply`` the device is observe-only.  See backends/linux_common.py
+for what `apply` permits and the ledger that restores every original value.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+
+from .linux_common import (
+    DEVICE_NAME,
+    KnobSpec,
+    LinuxSubsystem,
+    UnavailableError,
+    parse_apply,
+    parse_bracketed,
+    rate,
+    read_text,
+)
+
+__all__ = ["FEATURES", "LinuxBlock", "SYS_BLOCK", "auto_devices", "specs_for"]
+
+log = logging.getLogger("mlfs.backends.linux")
+
+SYS_BLOCK = Path("/sys/block")
+SECTOR_BYTES = 512
+#: device-name prefixes never served automatically
+AUTO_EXCLUDE = ("loop", "ram", "zram", "dm-")
+
+# /sys/block/<dev>/stat fields, in order (Documentation/block/stat.rst)
+_STAT_FIELDS = ("read_ios", "read_merges", "read_sectors", "read_ticks",
+                "write_ios", "write_merges", "write_sectors", "write_ticks",
+                "in_flight", "io_ticks", "time_in_queue",
+                "discard_ios", "discard_merges", "discard_sectors", "discard_ticks",
+                "flush_ios", "flush_ticks")
+
+FEATURES: dict[str, str] = {
+    name: "float64" for name in (
+        "reads_per_s", "writes_per_s", "read_merges_per_s", "write_merges_per_s",
+        "flushes_per_s", "read_mb_per_s", "write_mb_per_s", "read_req_kb", "write_req_kb",
+        "read_await_ms", "write_await_ms", "in_flight", "util", "queue_depth",
+    )
+}
+
+_SETTINGS = {"devices", "tick_seconds", "measure_seconds", "objective", "goal", "apply",
+             "state_dir"}
+
+
+def specs_for(device: str) -> dict[str, KnobSpec]:
+    queue = SYS_BLOCK / device / "queue"
+    return {
+        "read_ahead_kb": KnobSpec("read_ahead_kb", queue / "read_ahead_kb", lo=0, hi=65536,
+                                  unit="KiB"),
+        "nr_requests": KnobSpec("nr_requests", queue / "nr_requests", lo=4, hi=2048),
+        "scheduler": KnobSpec("scheduler", queue / "scheduler", type="choice", priority=0,
+                              coupled=("nr_requests",)),
+    }
+
+
+def auto_devices() -> list[str]:
+    """Whole disks worth observing: not loop/ram/zram/dm, with a non-zero size."""
+    out = []
+    try:
+        entries = sorted(p.name for p in SYS_BLOCK.iterdir())
+    except OSError:
+        return []
+    for dev in entries:
+        if dev.startswith(AUTO_EXCLUDE) or not DEVICE_NAME.fullmatch(dev):
+            continue
+        try:
+            if int(read_text(SYS_BLOCK / dev / "size")) == 0:
+                continue
+        except (OSError, ValueError):
+            continue
+        if (SYS_BLOCK / dev / "queue" / "scheduler").exists():
+            out.append(dev)
+    return out
+
+
+class LinuxBlock(LinuxSubsystem):
+    """One whole disk's queue: read_ahead_kb, nr_requests, scheduler."""
+
+    backend = "linux.block"
+    UNITS = {
+        "reads_per_s": "1/s", "writes_per_s": "1/s", "read_merges_per_s": "1/s",
+        "write_merges_per_s": "1/s", "flushes_per_s": "1/s", "read_mb_per_s": "MB/s",
+        "write_mb_per_s": "MB/s", "read_req_kb": "KiB", "write_req_kb": "KiB",
+        "read_await_ms": "ms", "write_await_ms": "ms", "util": "1",
+    }
+
+    def __init__(self, device: str, tick_seconds: float = 1.0,
+                 measure_seconds: float | None = None, objective: str = "read_mb_per_s",
+                 goal: str = "max", apply: Mapping | None = None,
+                 state_dir: str | Path | None = None) -> None:
+        if not DEVICE_NAME.fullmatch(device) or not (SYS_BLOCK / device / "stat").exists():
+            raise UnavailableError(f"linux.block: {device!r} is not a whole disk in "
+                                   f"{SYS_BLOCK}")
+        self.device = device
+        self.stat_path = SYS_BLOCK / device / "stat"
+        name = f"linux.block.{device}"
+        specs = specs_for(device)
+        try:
+            choices = {"scheduler": specs["scheduler"].kernel_choices()}
+        except OSError as exc:
+            raise UnavailableError(f"{name}: cannot read the scheduler list: {exc}") from None
+        rules = parse_apply(apply, specs, name, choices)
+        self._setup(name=name, specs=specs, rules=rules, state_dir=state_dir,
+                    tick_seconds=tick_seconds, measure_seconds=measure_seconds,
+                    objective=objective, goal=goal, features=FEATURES, choices=choices)
+        self.description = (f"Linux block device {device} (/sys/block/{device}/queue); "
+                            f"features from /sys/block/{device}/stat; {self.safety}")
+
+    def snapshot(self) -> dict | None:
+        try:
+            values = [int(v) for v in read_text(self.stat_path).split()]
+        except (OSError, ValueError):
+            return None
+        values += [0] * (len(_STAT_FIELDS) - len(values))  # older kernels: fewer fields
+        return dict(zip(_STAT_FIELDS, values, strict=False))
+
+    def derive(self, before: dict, after: dict, seconds: float) -> dict[str, float]:
+        def delta(key: str) -> float:
+            return float(max(0, after[key] - before[key]))
+
+        ms = seconds * 1000.0
+        reads, writes = delta("read_ios"), delta("write_ios")
+        read_bytes = delta("read_sectors") * SECTOR_BYTES
+        write_bytes = delta("write_sectors") * SECTOR_BYTES
+        out = {
+            "reads_per_s": reads / seconds,
+            "writes_per_s": writes / seconds,
+            "read_merges_per_s": rate(before, after, "read_merges", seconds),
+            "write_merges_per_s": rate(before, after, "write_merges", seconds),
+            "flushes_per_s": rate(before, after, "flush_ios", seconds),
+            "read_mb_per_s": read_bytes / 1e6 / seconds,
+            "write_mb_per_s": write_bytes / 1e6 / seconds,
+            "read_req_kb": read_bytes / 1024 / reads if reads else 0.0,
+            "write_req_kb": write_bytes / 1024 / writes if writes else 0.0,
+            "read_await_ms": delta("read_ticks") / reads if reads else 0.0,
+            "write_await_ms": delta("write_ticks") / writes if writes else 0.0,
+            "in_flight": float(after["in_flight"]),
+            "util": min(1.0, delta("io_ticks") / ms),
+            "queue_depth": delta("time_in_queue") / ms,
+        }
+        return {name: float(out[name]) for name in FEATURES}
+
+
+def current_scheduler(device: str) -> str:
+    """The device's scheduler now (for tests and tools)."""
+    return parse_bracketed(read_text(SYS_BLOCK / device / "queue" / "scheduler"))[0]
+
+
+def factory(settings: dict) -> list[LinuxBlock]:
+    """`[[subsystem]] backend = "linux.block"`: one subsystem per device."""
+    unknown = set(settings) - _SETTINGS
+    if unknown:
+        raise ValueError(f"linux.block: unknown setting(s) {', '.join(sorted(unknown))}")
+    kwargs = dict(settings)
+    devices = kwargs.pop("devices", "auto")
+    if devices == "auto":
+        # What the user did not name must not stop the mount: a disk that cannot
+        # be served (an odd driver without nr_requests, a vanished device) is skipped.
+        out = []
+        for device in auto_devices():
+            try:
+                out.append(LinuxBlock(device, **kwargs))
+            except UnavailableError as exc:  # configuration errors still stop the mount
+                log.warning("linux.block: skipping %s: %s", device, exc)
+        return out
+    if not isinstance(devices, list) or not all(isinstance(d, str) for d in devices):
+        raise ValueError('linux.block: devices must be "auto" or a list of device names')
+    if len(set(devices)) != len(devices):
+        raise ValueError(f"linux.block: devices repeat: {devices}")
+    return [LinuxBlock(device, **kwargs) for device in devices]

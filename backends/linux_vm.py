@@ -1,0 +1,201 @@
+"""linux.vm: the kernel's memory management as an mlfs subsystem.
+
+Features (per tick, measured over the window right after the knobs were
+applied; rates are per second):
+
+- /proc/vmstat rates: ``pgfault_per_s``, ``pgmajfault_per_s``,
+  ``pswpin_per_s``, ``pswpout_per_s``, ``pgscan_kswapd_per_s``,
+  ``pgscan_direct_per_s``, ``pgsteal_per_s``, ``allocstall_per_s``,
+  ``refault_anon_per_s``, ``refault_file_per_s`` (workingset refaults: pages
+  evicted too early, what swappiness and vfs_cache_pressure trade),
+  ``dirtied_mb_per_s`` and ``written_mb_per_s`` (nr_dirtied / nr_written);
+- gauges: ``dirty_mb``, ``writeback_mb`` (/proc/meminfo Dirty, Writeback),
+  ``dirty_threshold_mb`` (vmstat nr_dirty_threshold: what dirty_ratio
+  means in bytes right now), ``mem_available_frac`` (MemAvailable /
+  MemTotal), ``page_cache_frac`` (Cached / MemTotal), ``swap_used_frac``;
+- PSI, for cpu, memory and io: ``psi_<r>_some_avg10``, ``psi_<r>_full_avg10``
+  (the kernel's 10 s averages, %) and ``psi_<r>_some_stall_us_per_s``,
+  ``psi_<r>_full_stall_us_per_s`` (the increase of ``total`` over the window:
+  microseconds of stall per second, exact for the window, unlike avg10).
+
+MB are 10^6 bytes.  A counter missing on this kernel reads 0.
+
+Knobs (the vm.* sysctls): ``swappiness`` (0-200), ``dirty_ratio`` (1-100),
+``dirty_background_ratio`` (1-100), ``vfs_cache_pressure`` (1-1000).  Writing
+a ratio makes the kernel zero its ``*_bytes`` twin; if the system was using
+the bytes form, the original recorded and restored is the bytes form.
+
+Objective: by default ``psi_memory_some_stall_us_per_s`` with goal ``min``:
+the time, per second, that at least one task was stalled waiting for memory
+(reclaim, refaults, swap-in, throttling on dirty pages).  It is the kernel's
+own account of what the vm knobs are there to reduce, it is measured exactly
+over each tick's window, and it does not depend on how much work the
+applications happen to do (a throughput would).  Any feature can be chosen
+instead (``objective = "..."``, ``goal = "max" | "min"``), for instance
+``psi_io_some_stall_us_per_s`` for a writeback-heavy machine.  Ticks with no
+stall at all give 0 on both sides, which tells nothing: the efficiency is
+only meaningful under memory pressure, which is when tuning matters.
+
+Critical state: PSI memory or io ``full avg10`` above ``critical_full_avg10``
+(default 20.0 %: a fifth of the time *all* non-idle tasks were stalled); the
+proxy then runs the default algorithm (the original values) on every tick.
+Set it to 100 to disable.
+
+Configuration::
+
+    [[subsystem]]
+    backend = "linux.vm"
+    name = "linux.vm"               # default
+    tick_seconds = 1.0              # default
+    measure_seconds = 0.8           # default 0.8 * tick_seconds; 0 = since last tick
+    objective = "psi_memory_some_stall_us_per_s"
+    goal = "min"
+    critical_full_avg10 = 20.0
+    apply = {swappiness = [10, 100], dirty_ratio = [5, 40]}   # default: observe-only
+
+See backends/linux_common.py for what `apply` permits and the ledger that
+restores every original value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from .linux_common import (
+    KnobSpec,
+    LinuxSubsystem,
+    parse_apply,
+    rate,
+    read_key_values,
+    read_psi,
+)
+
+__all__ = ["FEATURES", "LinuxVM", "SPECS"]
+
+SYSCTL = Path("/proc/sys/vm")
+PAGE_BYTES = 4096
+PSI_RESOURCES = ("cpu", "memory", "io")
+
+SPECS: dict[str, KnobSpec] = {
+    "swappiness": KnobSpec("swappiness", SYSCTL / "swappiness", lo=0, hi=200),
+    "dirty_ratio": KnobSpec("dirty_ratio", SYSCTL / "dirty_ratio", lo=1, hi=100, unit="%",
+                            alt_path=SYSCTL / "dirty_bytes"),
+    "dirty_background_ratio": KnobSpec("dirty_background_ratio",
+                                       SYSCTL / "dirty_background_ratio", lo=1, hi=100,
+                                       unit="%", alt_path=SYSCTL / "dirty_background_bytes"),
+    "vfs_cache_pressure": KnobSpec("vfs_cache_pressure", SYSCTL / "vfs_cache_pressure",
+                                   lo=1, hi=1000),
+}
+
+#: feature <- vmstat counter(s), as per-second rates
+_VMSTAT_RATES: dict[str, tuple[str, ...]] = {
+    "pgfault_per_s": ("pgfault",),
+    "pgmajfault_per_s": ("pgmajfault",),
+    "pswpin_per_s": ("pswpin",),
+    "pswpout_per_s": ("pswpout",),
+    "pgscan_kswapd_per_s": ("pgscan_kswapd",),
+    "pgscan_direct_per_s": ("pgscan_direct",),
+    "pgsteal_per_s": ("pgsteal_kswapd", "pgsteal_direct", "pgsteal_khugepaged",
+                      "pgsteal_proactive"),
+    "allocstall_per_s": ("allocstall_dma", "allocstall_dma32", "allocstall_normal",
+                         "allocstall_movable", "allocstall_device"),
+    "refault_anon_per_s": ("workingset_refault_anon",),
+    "refault_file_per_s": ("workingset_refault_file",),
+}
+
+FEATURES: dict[str, str] = {
+    **{name: "float64" for name in _VMSTAT_RATES},
+    "dirtied_mb_per_s": "float64",
+    "written_mb_per_s": "float64",
+    "dirty_mb": "float64",
+    "writeback_mb": "float64",
+    "dirty_threshold_mb": "float64",
+    "mem_available_frac": "float64",
+    "page_cache_frac": "float64",
+    "swap_used_frac": "float64",
+    **{f"psi_{r}_{kind}_avg10": "float64" for r in PSI_RESOURCES for kind in ("some", "full")},
+    **{f"psi_{r}_{kind}_stall_us_per_s": "float64"
+       for r in PSI_RESOURCES for kind in ("some", "full")},
+}
+
+_SETTINGS = {"name", "tick_seconds", "measure_seconds", "objective", "goal",
+             "critical_full_avg10", "apply", "state_dir"}
+
+
+class LinuxVM(LinuxSubsystem):
+    """vm.* sysctls with features from vmstat, meminfo and PSI."""
+
+    backend = "linux.vm"
+    UNITS = {
+        **{name: "1/s" for name in _VMSTAT_RATES},
+        "dirtied_mb_per_s": "MB/s", "written_mb_per_s": "MB/s", "dirty_mb": "MB",
+        "writeback_mb": "MB", "dirty_threshold_mb": "MB",
+        **{f"psi_{r}_{k}_avg10": "%" for r in PSI_RESOURCES for k in ("some", "full")},
+        **{f"psi_{r}_{k}_stall_us_per_s": "us/s" for r in PSI_RESOURCES
+           for k in ("some", "full")},
+    }
+
+    def __init__(self, name: str = "linux.vm", tick_seconds: float = 1.0,
+                 measure_seconds: float | None = None,
+                 objective: str = "psi_memory_some_stall_us_per_s", goal: str = "min",
+                 critical_full_avg10: float = 20.0, apply: Mapping | None = None,
+                 state_dir: str | Path | None = None) -> None:
+        rules = parse_apply(apply, SPECS, name)
+        self.critical_full_avg10 = float(critical_full_avg10)
+        self._setup(name=name, specs=SPECS, rules=rules, state_dir=state_dir,
+                    tick_seconds=tick_seconds, measure_seconds=measure_seconds,
+                    objective=objective, goal=goal, features=FEATURES, choices={})
+        self.description = (
+            "Linux memory management (vm.* sysctls); features from /proc/vmstat, "
+            f"/proc/meminfo and /proc/pressure; {self.safety}"
+        )
+
+    def snapshot(self) -> dict | None:
+        try:
+            vmstat = read_key_values("/proc/vmstat")
+            meminfo = read_key_values("/proc/meminfo")
+        except OSError:
+            return None
+        psi = {r: read_psi(r) for r in PSI_RESOURCES}
+        return {"vmstat": vmstat, "meminfo": meminfo, "psi": psi}
+
+    def derive(self, before: dict, after: dict, seconds: float) -> dict[str, float]:
+        v0, v1, mem = before["vmstat"], after["vmstat"], after["meminfo"]
+        out: dict[str, float] = {}
+        for feature, counters in _VMSTAT_RATES.items():
+            out[feature] = sum(rate(v0, v1, c, seconds) for c in counters)
+        mb = PAGE_BYTES / 1e6
+        out["dirtied_mb_per_s"] = rate(v0, v1, "nr_dirtied", seconds) * mb
+        out["written_mb_per_s"] = rate(v0, v1, "nr_written", seconds) * mb
+        out["dirty_mb"] = mem.get("Dirty", 0) * 1024 / 1e6
+        out["writeback_mb"] = mem.get("Writeback", 0) * 1024 / 1e6
+        out["dirty_threshold_mb"] = v1.get("nr_dirty_threshold", 0) * mb
+        total = mem.get("MemTotal", 0)
+        out["mem_available_frac"] = mem.get("MemAvailable", 0) / total if total else 0.0
+        out["page_cache_frac"] = mem.get("Cached", 0) / total if total else 0.0
+        swap = mem.get("SwapTotal", 0)
+        out["swap_used_frac"] = (swap - mem.get("SwapFree", 0)) / swap if swap else 0.0
+        for r in PSI_RESOURCES:
+            p0, p1 = before["psi"][r], after["psi"][r]
+            for kind in ("some", "full"):
+                out[f"psi_{r}_{kind}_avg10"] = float(p1[f"{kind}_avg10"])
+                out[f"psi_{r}_{kind}_stall_us_per_s"] = rate(p0, p1, f"{kind}_total",
+                                                             seconds)
+        return {name: float(out[name]) for name in FEATURES}
+
+    def critical_state(self, features: dict[str, float]) -> str | None:
+        level = self.critical_full_avg10
+        for r in ("memory", "io"):
+            value = features[f"psi_{r}_full_avg10"]
+            if value > level:
+                return f"PSI {r} full avg10 {value:.2f} > {level:.2f}"
+        return None
+
+
+def factory(settings: dict) -> list[LinuxVM]:
+    """`[[subsystem]] backend = "linux.vm"`: one subsystem."""
+    unknown = set(settings) - _SETTINGS
+    if unknown:
+        raise ValueError(f"linux.vm: unknown setting(s) {', '.join(sorted(unknown))}")
+    return [LinuxVM(**settings)]

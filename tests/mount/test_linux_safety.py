@@ -1,0 +1,137 @@
+"""A real Linux backend through a real mount: what is changed is put back.
+
+A mount serves `linux.block` on a loop device made for the test, with
+read_ahead_kb allowed; a model's recommendation reaches the device's queue;
+stopping the model restores the original; the daemon killed with SIGKILL
+leaves it, and the next mount (observe-only this time: recovery must not
+depend on being allowed to apply) restores it before it is ready; `mlfs
+umount` and SIGTERM restore it too.  Nothing outside the loop device
+is written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Mount, sh, wait_for
+
+BLOCK_CONFIG = """
+[store]
+seal_seconds = 1.0
+
+[modes]
+silence_seconds = 600.0
+
+[[subsystem]]
+backend = "linux.block"
+devices = ["{device}"]
+tick_seconds = 0.1
+measure_seconds = 0.05
+{apply}
+"""
+
+APPLY = "apply = {read_ahead_kb = [16, 4096]}"
+
+
+@pytest.fixture
+def loop(mount_root: Path) -> Iterator[str]:
+    """A fresh 64 MiB loop device, detached afterwards."""
+    if shutil.which("losetup") is None:
+        pytest.skip("losetup (util-linux) is missing")
+    image = mount_root / "disk.img"
+    with open(image, "wb") as fh:
+        fh.truncate(64 << 20)
+    done = subprocess.run(["losetup", "--find", "--show", str(image)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"losetup failed: {done.stderr.strip()}")
+    device = done.stdout.strip()
+    try:
+        yield Path(device).name
+    finally:
+        subprocess.run(["losetup", "-d", device], capture_output=True)
+
+
+def read_ahead(device: str) -> str:
+    return Path(f"/sys/block/{device}/queue/read_ahead_kb").read_text().strip()
+
+
+def ledger(m: Mount) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted((m.state_dir / "ledger").glob("*.json"))]
+
+
+def recommend(m: Mount, device: str, value: int) -> Path:
+    """A started model pinned in recommendation mode that recommends `value`."""
+    sub = m.mountpoint / f"linux.block.{device}"
+    info = json.loads((sub / "info").read_text())
+    assert info["knobs"]["read_ahead_kb"]["min"] == 16
+    assert info["knobs"]["read_ahead_kb"]["max"] == 4096
+    model = sub / "models" / "m"
+    done = sh(f"mkdir {model} && echo start > {model}/control && "
+              f"echo recommendation > {model}/mode && "
+              f"echo read_ahead_kb={value} > {model}/recommend")
+    assert done.returncode == 0, done.stderr
+    return model
+
+
+def test_sigkill_then_next_mount_restores_the_original(mount_root: Path, loop: str) -> None:
+    original = read_ahead(loop)
+    m = Mount(mount_root, BLOCK_CONFIG.format(device=loop, apply=APPLY))
+    m.start()
+    try:
+        recommend(m, loop, 1024)
+        wait_for(lambda: read_ahead(loop) == "1024", what="the recommendation applied")
+        [entry] = ledger(m)
+        assert entry["original"] == original
+        m.kill(signal.SIGKILL)  # no restore, no seal
+        assert [e["original"] for e in ledger(m)] == [original]
+
+        again = Mount(mount_root, BLOCK_CONFIG.format(device=loop, apply=""))
+        again.start()
+        try:
+            assert read_ahead(loop) == original  # restored before the mount was ready
+            assert ledger(again) == []
+            info = json.loads((again.mountpoint / f"linux.block.{loop}" / "info").read_text())
+            assert "observe-only" in info["description"]
+        finally:
+            again.kill(signal.SIGTERM)
+        assert read_ahead(loop) == original
+    finally:
+        m.kill(signal.SIGTERM)
+
+
+@pytest.mark.parametrize("ending", ["umount", "sigterm"])
+def test_stop_and_unmount_restore_the_original(mount_root: Path, loop: str,
+                                               ending: str) -> None:
+    original = read_ahead(loop)
+    m = Mount(mount_root, BLOCK_CONFIG.format(device=loop, apply=APPLY))
+    m.start()
+    try:
+        model = recommend(m, loop, 2048)
+        wait_for(lambda: read_ahead(loop) == "2048", what="the recommendation applied")
+        assert sh(f"echo stop > {model}/control").returncode == 0
+        # release() restores at once; a tick already past its decision may still
+        # write the old recommendation once, and the next (default) tick undoes it
+        wait_for(lambda: read_ahead(loop) == original, timeout=2, what="restored on stop")
+
+        done = sh(f"echo start > {model}/control && echo read_ahead_kb=2048 > {model}/recommend")
+        assert done.returncode == 0, done.stderr
+        wait_for(lambda: read_ahead(loop) == "2048", what="applied again after start")
+        if ending == "umount":
+            done = m.umount()
+            assert done.returncode == 0, done.stdout + done.stderr
+        else:
+            m.kill(signal.SIGTERM)
+        assert read_ahead(loop) == original
+        assert ledger(m) == []
+    finally:
+        m.kill(signal.SIGTERM)
+    assert not os.path.ismount(m.mountpoint)
