@@ -11,10 +11,12 @@ as the backend allows (the simulated one runs in virtual time).
 from __future__ import annotations
 
 import abc
+import re
 from dataclasses import dataclass, field
 from typing import Literal
 
 KnobValue = int | str
+_DECIMAL = re.compile(r"-?[0-9]{1,18}")
 
 
 class KnobValueError(ValueError):
@@ -41,10 +43,9 @@ class Knob:
                     f"{self.name}: {text!r} is not one of {' '.join(self.choices)}"
                 )
             return text
-        try:
-            value = int(text, 10)
-        except ValueError:
-            raise KnobValueError(f"{self.name}: {text!r} is not an integer") from None
+        if not _DECIMAL.fullmatch(text):
+            raise KnobValueError(f"{self.name}: {text!r} is not an integer (plain decimal digits)")
+        value = int(text, 10)
         if self.min is not None and value < self.min:
             raise KnobValueError(f"{self.name}: {value} is below the minimum {self.min}")
         if self.max is not None and value > self.max:

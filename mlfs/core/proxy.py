@@ -275,6 +275,8 @@ class ModelProxy:
         if word == "auto":
             self.pinned = None
             self._save()
+            if self.mode == "emergency" and self.emergency_cause is None:
+                self._switch("learning", "automatic switching resumed")
             return
         self.pinned = word
         self._save()
