@@ -23,6 +23,7 @@ class ModeConfig:
     collaboration_share: float = 0.50
     recommendation_probe: float = 0.05
     window_ticks: int = 400
+    unstable_baseline_ratio: float = 2.0
     min_ml_ticks: int = 30
     min_dwell_ticks: int = 100
     to_collaboration: float = 1.0
@@ -62,6 +63,15 @@ class MountConfig:
     group: str = ""
     allow_other: bool = True
     max_tasks: int = 512
+    # Prometheus text at http://<metrics_address>:<metrics_port>/metrics (0 = off)
+    metrics_port: int = 0
+    metrics_address: str = "127.0.0.1"
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.metrics_port <= 65535:
+            raise ValueError(f"mount.metrics_port: {self.metrics_port} is not 0..65535")
+        if not self.metrics_address:
+            raise ValueError("mount.metrics_address: empty (127.0.0.1 serves loopback only)")
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,24 @@
-"""Rolling efficiency: ML ticks against default ticks of the same window.
+"""Rolling efficiency: each ML tick against the default ticks around it.
 
-Both kinds of tick interleave, so a phase change or a noisy neighbour hits
-both sides alike: the ratio of their means is a fair measure of the model even
-on a system whose absolute objective wanders.  `confidence` is Welch's z of
-the difference (positive when ML is better, whatever the goal).
+A subsystem's objective wanders by an order of magnitude as its workload
+changes phase, so comparing the mean of all ML ticks with the mean of all
+default ticks of a window is only fair while both kinds are spread evenly
+over it — and they are not when the ML share changes (10 % in learning, 50 %
+in collaboration, 95 % in recommendation).  So each ML tick is paired with the
+default ticks that bracket it in time (interleaving guarantees they are
+close): its baseline is their mean.  A pair whose two bracketing defaults
+disagree by more than `unstable_ratio` straddles a workload change and says
+nothing fair about the model: it still gets a feedback row, but is left out of
+the statistics.  Over the stable pairs of the last `size` ticks:
+
+    efficiency = sum(observed) / sum(baseline)     (inverted for goal "min")
+
+and `confidence` is the z value of that ratio's distance from 1 (delta
+method, positive when ML is better whatever the goal).
+
+An ML tick is resolved when the next default tick arrives, so its feedback row
+is written then (at most a few ticks later; `flush` resolves the rest with the
+earlier default alone when a model stops).
 """
 
 from __future__ import annotations
@@ -22,78 +37,100 @@ class EfficiencyStats:
     baseline: float
 
 
-class _Moments:
-    __slots__ = ("n", "total", "squares")
+@dataclass(frozen=True)
+class Pair:
+    """One resolved ML tick; `payload` is whatever the caller attached."""
 
-    def __init__(self) -> None:
-        self.n = 0
-        self.total = 0.0
-        self.squares = 0.0
-
-    def add(self, value: float, sign: int) -> None:
-        self.n += sign
-        self.total += sign * value
-        self.squares += sign * value * value
-
-    def mean(self) -> float:
-        return self.total / self.n if self.n else math.nan
-
-    def var(self) -> float:
-        if self.n < 2:
-            return math.nan
-        mean = self.total / self.n
-        return max(self.squares / self.n - mean * mean, 0.0) * self.n / (self.n - 1)
+    tick: int
+    observed: float
+    baseline: float
+    ratio: float
+    stable: bool
+    payload: object
 
 
 class EfficiencyWindow:
-    """The last `size` ticks of one model, each ML or default."""
-
-    def __init__(self, size: int, goal: str) -> None:
+    def __init__(self, size: int, goal: str, unstable_ratio: float = 2.0) -> None:
         self.size = size
         self.goal = goal
-        self._ticks: collections.deque[tuple[bool, float]] = collections.deque()
-        self._ml = _Moments()
-        self._default = _Moments()
-
-    def add(self, is_ml: bool, objective: float) -> None:
-        if not math.isfinite(objective):
-            return
-        self._ticks.append((is_ml, objective))
-        (self._ml if is_ml else self._default).add(objective, +1)
-        if len(self._ticks) > self.size:
-            old_ml, old_value = self._ticks.popleft()
-            (self._ml if old_ml else self._default).add(old_value, -1)
-
-    def clear(self) -> None:
-        self._ticks.clear()
-        self._ml = _Moments()
-        self._default = _Moments()
+        self.unstable_ratio = unstable_ratio
+        self._last_default: float | None = None
+        self._pending: list[tuple[int, float, object]] = []
+        self._pairs: collections.deque[tuple[int, float, float]] = collections.deque()
+        self._defaults: collections.deque[int] = collections.deque()
 
     @property
     def baseline(self) -> float:
-        """Mean objective of the default ticks in the window (nan if none)."""
-        return self._default.mean()
+        """The last default tick's objective (nan before any)."""
+        return math.nan if self._last_default is None else self._last_default
 
-    def ratio(self, observed: float) -> float:
-        """`observed` against the baseline, >1 meaning better whatever the goal."""
-        base = self.baseline
-        if not math.isfinite(base) or base == 0 or observed == 0:
+    def _ratio(self, observed: float, base: float) -> float:
+        if not (math.isfinite(base) and base > 0 and observed > 0):
             return math.nan
         return observed / base if self.goal == "max" else base / observed
 
+    def add_ml(self, tick: int, objective: float, payload: object = None) -> None:
+        """An ML tick waits for the next default tick to be judged."""
+        self._pending.append((tick, objective, payload))
+
+    def add_default(self, tick: int, objective: float) -> list[Pair]:
+        """A default tick resolves every ML tick since the previous one."""
+        resolved = self._resolve(objective)
+        if math.isfinite(objective):
+            self._last_default = objective
+            self._defaults.append(tick)
+        self._expire(tick)
+        return resolved
+
+    def flush(self) -> list[Pair]:
+        """Resolve waiting ML ticks with the earlier default alone (model stopping)."""
+        return self._resolve(None)
+
+    def _resolve(self, following: float | None) -> list[Pair]:
+        before = self._last_default
+        if following is not None and not math.isfinite(following):
+            following = None
+        sides = [v for v in (before, following) if v is not None]
+        base = sum(sides) / len(sides) if sides else math.nan
+        stable = len(sides) == 2 and min(sides) > 0 and (
+            max(sides) / min(sides) <= self.unstable_ratio)
+        pairs = []
+        for tick, observed, payload in self._pending:
+            ratio = self._ratio(observed, base)
+            ok = stable and math.isfinite(ratio) and math.isfinite(observed)
+            pairs.append(Pair(tick, observed, base, ratio, ok, payload))
+            if ok:
+                self._pairs.append((tick, observed, base))
+        self._pending = []
+        return pairs
+
+    def _expire(self, tick: int) -> None:
+        oldest = tick - self.size
+        while self._pairs and self._pairs[0][0] <= oldest:
+            self._pairs.popleft()
+        while self._defaults and self._defaults[0] <= oldest:
+            self._defaults.popleft()
+
+    def clear(self) -> None:
+        self._pairs.clear()
+        self._defaults.clear()
+        self._pending = []
+        self._last_default = None
+
     def stats(self) -> EfficiencyStats:
-        ml, default = self._ml, self._default
-        if ml.n == 0 or default.n == 0:
-            return EfficiencyStats(math.nan, math.nan, ml.n, default.n, default.mean())
-        efficiency = self.ratio(ml.mean())
-        var = (ml.var() if ml.n > 1 else 0.0) / ml.n + (
-            default.var() if default.n > 1 else 0.0
-        ) / default.n
-        diff = ml.mean() - default.mean()
+        n = len(self._pairs)
+        observed = sum(p[1] for p in self._pairs)
+        base = sum(p[2] for p in self._pairs)
+        if n == 0 or base <= 0 or observed <= 0:
+            return EfficiencyStats(math.nan, math.nan, n, len(self._defaults), self.baseline)
+        ratio = observed / base  # ML over default, before orienting by goal
+        confidence = math.nan
+        if n >= 2:
+            residual = sum((o - ratio * b) ** 2 for _, o, b in self._pairs) / (n - 1)
+            se = math.sqrt(residual * n) / base
+            if se > 0:
+                confidence = (ratio - 1.0) / se
         if self.goal == "min":
-            diff = -diff
-        if var > 0 and math.isfinite(var):
-            confidence = diff / math.sqrt(var)
-        else:
-            confidence = math.nan
-        return EfficiencyStats(efficiency, confidence, ml.n, default.n, default.mean())
+            ratio = 1.0 / ratio
+            confidence = -confidence
+        return EfficiencyStats(ratio, confidence, n, len(self._defaults), self.baseline)

@@ -119,7 +119,8 @@ class ModelProxy:
         self.emergency_cause: str | None = None
         self.controlled: list[str] = list(runtime.subsystem.knobs)
         self.errors: collections.deque[str] = collections.deque(maxlen=ERRORS_KEPT)
-        self.window = EfficiencyWindow(self.config.window_ticks, runtime.subsystem.objective.goal)
+        self.window = EfficiencyWindow(self.config.window_ticks, runtime.subsystem.objective.goal,
+                                      self.config.unstable_baseline_ratio)
         self.current: Recommendation | None = None
         self.policy: Policy | None = None
         self.policy_loaded_ns = 0
@@ -226,6 +227,7 @@ class ModelProxy:
         if self.current is not None:
             self._finish(self.current, "ignored", "model stopped")
             self.current = None
+        self._write_feedback(self.window.flush())
         self._set_state("stopped")
         self.runtime.subsystem.release(list(self.controlled))
 
@@ -432,32 +434,38 @@ class ModelProxy:
 
     def record(self, tick: int, ts: int, decision: Decision | None, objective: float,
                knobs: dict[str, KnobValue], features: dict | None) -> None:
-        """After the tick ran: update the window, write feedback, maybe switch mode."""
-        is_ml = decision is not None
-        if is_ml:
-            self.ml_ticks += 1
-            self._ml_since_transition += 1
-            if self.state == "started":
-                self._set_state("running")
-            baseline = self.window.baseline
-            ratio = self.window.ratio(objective)
-            expected = decision.expected
-            row = {
-                "tick": tick, "ts": ts, "model": self.name, "source": decision.source,
-                "recommendation_id": decision.recommendation_id,
-                "expected": expected, "observed": objective,
-                "baseline": None if math.isnan(baseline) else baseline,
-                "efficiency": None if math.isnan(ratio) else ratio,
-                "error": None if expected is None else objective - expected,
-            }
-            for name, value in knobs.items():
-                row[knob_column(name)] = value
-            if features:
-                row.update(features)
-            self.feedback.append(row)
-        else:
+        """After the tick ran: update the window, write feedback, maybe switch mode.
+
+        An ML tick's feedback row waits for the next default tick, which
+        completes its baseline (see efficiency.py); then it is written.
+        """
+        if decision is None:
             self.default_ticks += 1
-        self.window.add(is_ml, objective)
+            self._write_feedback(self.window.add_default(tick, objective))
+            return
+        self.ml_ticks += 1
+        self._ml_since_transition += 1
+        if self.state == "started":
+            self._set_state("running")
+        expected = decision.expected
+        row = {
+            "tick": tick, "ts": ts, "model": self.name, "source": decision.source,
+            "recommendation_id": decision.recommendation_id,
+            "expected": expected, "observed": objective,
+            "error": None if expected is None else objective - expected,
+        }
+        for name, value in knobs.items():
+            row[knob_column(name)] = value
+        if features:
+            row.update(features)
+        self.window.add_ml(tick, objective, row)
+
+    def _write_feedback(self, pairs: list) -> None:
+        for pair in pairs:
+            row = pair.payload
+            row["baseline"] = pair.baseline if math.isfinite(pair.baseline) else None
+            row["efficiency"] = pair.ratio if math.isfinite(pair.ratio) else None
+            self.feedback.append(row)
 
     def update_mode(self, critical: str | None) -> None:
         config = self.config

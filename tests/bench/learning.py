@@ -58,9 +58,10 @@ def run_seed(seed: int, ticks: int, fit_every: int = 200) -> dict:
                 feedback = proxy.feedback.seal_now()
                 if feedback and learner.fitted:
                     learner.correct(pq.read_table(feedback.path))
-                if learner.fit().get("fitted"):
+                if learner.fit().get("fitted") and learner.knob_aware:
                     proxy.set_policy(learner.policy_text().encode())
         seconds = time.perf_counter() - started
+        transitions = [(why, mode) for _, mode, why in proxy.mode_history]
         runtime.dataset.seal_now()
         table = runtime.dataset.read_all()
         exchange.close()
@@ -76,7 +77,10 @@ def run_seed(seed: int, ticks: int, fit_every: int = 200) -> dict:
     hits = np.nonzero(run_c >= 0.95 * oracle_c)[0]
     within_95 = int(hits[0] + window) if len(hits) else None
     last = np.arange(ticks // 2, ticks)
+    second_half_modes = {m: modes[ticks // 2:].count(m) / len(last) for m in set(modes)}
     out = {
+        "transitions": transitions,
+        "second_half_modes": {m: round(v, 3) for m, v in sorted(second_half_modes.items())},
         "seed": seed, "ticks": ticks, "seconds": round(seconds, 2),
         "ticks_to_recommendation": first_recommendation,
         "ticks_to_95pct_oracle": within_95,
@@ -103,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{result['ticks_to_recommendation']}; 95% of oracle at "
               f"{result['ticks_to_95pct_oracle']}; second half: ml {half['run']:.0f} MB/s, "
               f"x{half['vs_default']:.3f} default, x{half['vs_best_static']:.3f} best static "
-              f"({half['best_static_kb']} KiB), {half['vs_oracle']:.3f} of oracle",
+              f"({half['best_static_kb']} KiB), {half['vs_oracle']:.3f} of oracle; "
+              f"modes {result['second_half_modes']}",
               flush=True)
     keys = ("vs_default", "vs_best_static", "vs_oracle")
     print("\nmedian over seeds (second half):",

@@ -1,0 +1,342 @@
+"""The trainer's learning core on a synthetic subsystem (no mount, no backend).
+
+The synthetic subsystem has workload phases told apart by their features, each
+with its own best `read_ahead_kb`; the throughput of a tick falls off with the
+log2-distance of the knob from the phase's best.  The default algorithm keeps
+the stock 128, and 10% of ticks try a grid value, as in learning mode.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import lightgbm as lgb
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from trainers.learner import KnobLearner, candidate_values, knob_column
+
+INFO = {
+    "backend": "synthetic",
+    "description": "test subsystem",
+    "tick_seconds": 0.05,
+    "objective": {"name": "throughput", "unit": "MB/s", "goal": "max"},
+    "knobs": {"read_ahead_kb": {"type": "int", "min": 0, "max": 4096, "default": 128}},
+    "features": {
+        "seq_ratio": "float64",
+        "mmap_ratio": "float64",
+        "avg_request_kb": "float64",
+        "queue_depth": "int64",
+        "noise": "float64",
+    },
+}
+FEATURES = list(INFO["features"])
+COLUMNS = FEATURES + ["knob_read_ahead_kb"]
+
+# phase -> (typical features, best knob, peak objective)
+PHASES = {
+    "sequential": ({"seq_ratio": 0.95, "mmap_ratio": 0.05, "avg_request_kb": 256.0,
+                    "queue_depth": 4, "noise": 0.0}, 1024, 400.0),
+    "random": ({"seq_ratio": 0.05, "mmap_ratio": 0.05, "avg_request_kb": 4.0,
+                "queue_depth": 32, "noise": 0.0}, 8, 60.0),
+    "strided": ({"seq_ratio": 0.5, "mmap_ratio": 0.6, "avg_request_kb": 64.0,
+                 "queue_depth": 8, "noise": 0.0}, 256, 150.0),
+}
+GRID = candidate_values(INFO["knobs"]["read_ahead_kb"])
+
+
+def true_objective(phase: str, knob: float, goal: str = "max") -> float:
+    _, best, peak = PHASES[phase]
+    distance = math.log2(1 + knob) - math.log2(1 + best)
+    value = peak * math.exp(-distance**2 / (2 * 1.5**2))
+    return value if goal == "max" else 1000.0 / (1.0 + value)  # latency-like for "min"
+
+
+def phase_features(phase: str, rng: np.random.Generator) -> dict:
+    typical = PHASES[phase][0]
+    return {
+        "seq_ratio": float(np.clip(typical["seq_ratio"] + rng.normal(0, 0.03), 0, 1)),
+        "mmap_ratio": float(np.clip(typical["mmap_ratio"] + rng.normal(0, 0.03), 0, 1)),
+        "avg_request_kb": float(typical["avg_request_kb"] * rng.lognormal(0, 0.1)),
+        "queue_depth": int(typical["queue_depth"] + rng.integers(-1, 2)),
+        "noise": float(rng.normal()),
+    }
+
+
+def make_dataset(n: int, seed: int = 1, start_tick: int = 0, goal: str = "max",
+                 explore_share: float = 0.1, phase_len: int = 60) -> pa.Table:
+    """Rows in the dataset schema: a phase runs for `phase_len` ticks at a time."""
+    rng = np.random.default_rng(seed)
+    names = list(PHASES)
+    rows: dict[str, list] = {c: [] for c in ["ts", "tick", "controller", "model", "mode",
+                                             *COLUMNS, "objective"]}
+    phase = names[0]
+    t0 = 1_700_000_000_000_000
+    for i in range(n):
+        if i % phase_len == 0:
+            phase = names[int(rng.integers(len(names)))]
+        ml = rng.random() < explore_share
+        knob = int(rng.choice(GRID)) if ml else 128
+        feats = phase_features(phase, rng)
+        objective = true_objective(phase, knob, goal) * rng.lognormal(0, 0.05)
+        tick = start_tick + i
+        rows["ts"].append(t0 + tick * 50_000)
+        rows["tick"].append(tick)
+        rows["controller"].append("ml" if ml else "default")
+        rows["model"].append("lgbm" if ml else None)
+        rows["mode"].append("learning")
+        rows["knob_read_ahead_kb"].append(knob)
+        for name in FEATURES:
+            rows[name].append(feats[name])
+        rows["objective"].append(objective)
+    schema = pa.schema(
+        [("ts", pa.timestamp("us", tz="UTC")), ("tick", pa.int64()),
+         ("controller", pa.string()), ("model", pa.string()), ("mode", pa.string()),
+         ("knob_read_ahead_kb", pa.int64())]
+        + [(f, pa.int64() if INFO["features"][f] == "int64" else pa.float64())
+           for f in FEATURES]
+        + [("objective", pa.float64())]
+    )
+    return pa.table(rows, schema=schema)
+
+
+def make_feedback(learner: KnobLearner, n: int, seed: int, bias: float) -> pa.Table:
+    """Feedback rows of policy ticks in a world where throughput is `bias` times higher."""
+    rng = np.random.default_rng(seed)
+    rows: dict[str, list] = {c: [] for c in ["tick", "model", "source", "recommendation_id",
+                                             *COLUMNS, "expected", "observed", "baseline",
+                                             "efficiency", "error"]}
+    names = list(PHASES)
+    for i in range(n):
+        phase = names[i % len(names)]
+        feats = phase_features(phase, rng)
+        knobs, expected = learner.recommend(feats)
+        knob = knobs["read_ahead_kb"]
+        observed = bias * true_objective(phase, knob) * rng.lognormal(0, 0.02)
+        baseline = true_objective(phase, 128)
+        rows["tick"].append(100_000 + i)
+        rows["model"].append("lgbm")
+        rows["source"].append("policy")
+        rows["recommendation_id"].append(None)
+        rows["knob_read_ahead_kb"].append(knob)
+        for name in FEATURES:
+            rows[name].append(feats[name])
+        rows["expected"].append(expected)
+        rows["observed"].append(observed)
+        rows["baseline"].append(baseline)
+        rows["efficiency"].append(observed / baseline)
+        rows["error"].append(observed - expected)
+    return pa.table(rows)
+
+
+def proxy_argmax(text: str, features: dict, goal: str = "max") -> tuple[int, float]:
+    """What the proxy does with a policy: one row per candidate, in feature_name() order."""
+    booster = lgb.Booster(model_str=text)
+    names = booster.feature_name()
+    matrix = np.zeros((len(GRID), len(names)))
+    for j, name in enumerate(names):
+        if name == "knob_read_ahead_kb":
+            matrix[:, j] = GRID
+        else:
+            matrix[:, j] = features[name]
+    pred = booster.predict(matrix)
+    best = int(np.argmax(pred) if goal == "max" else np.argmin(pred))
+    return int(GRID[best]), float(pred[best])
+
+
+@pytest.fixture(scope="module")
+def fitted() -> KnobLearner:
+    learner = KnobLearner(INFO)
+    for k in range(5):  # five portions, the tick sequence continuing across them
+        learner.add_dataset(make_dataset(1000, seed=10 + k, start_tick=1000 * k,
+                                         explore_share=0.25))
+    stats = learner.fit()
+    assert stats["fitted"] and stats["knob_splits"] > 0
+    return learner
+
+
+def near(value: int, best: int) -> bool:
+    """Within a factor of two (one grid step) of the best value."""
+    return abs(math.log2(1 + value) - math.log2(1 + best)) <= 1.01
+
+
+def test_candidate_grid_is_the_proxy_rule() -> None:
+    assert GRID == [0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
+    odd = candidate_values({"type": "int", "min": 5, "max": 100, "default": 60})
+    assert odd == [5, 8, 16, 32, 60, 64, 100]
+    huge = candidate_values({"type": "int", "min": 0, "max": 1 << 70, "default": 3})
+    assert len(huge) <= 65 and 3 in huge and huge[0] == 0 and huge[-1] == 1 << 70
+    assert candidate_values({"type": "choice", "choices": ["a", "b"], "default": "a"}) == [
+        "a", "b"]
+
+
+def test_recommend_finds_each_phase_best(fitted: KnobLearner) -> None:
+    rng = np.random.default_rng(99)
+    for phase, (_, best, _) in PHASES.items():
+        hits = 0
+        for _ in range(5):
+            knobs, expect = fitted.recommend(phase_features(phase, rng))
+            assert set(knobs) == {"read_ahead_kb"}
+            assert math.isfinite(expect)
+            hits += near(knobs["read_ahead_kb"], best)
+        assert hits >= 4, (phase, best, knobs)
+
+
+def test_fit_stats_and_speed(fitted: KnobLearner) -> None:
+    stats = fitted.stats
+    assert stats["rows"] == fitted.rows <= 5000
+    assert stats["val_mae"] < stats["val_mae_naive"]
+    assert stats["val_rmse"] >= stats["val_mae"]
+    assert stats["seconds"] < 2.0
+
+
+def test_policy_text_is_the_proxy_contract(fitted: KnobLearner) -> None:
+    text = fitted.policy_text()
+    booster = lgb.Booster(model_str=text)
+    assert booster.feature_name() == COLUMNS
+    rng = np.random.default_rng(5)
+    for phase in PHASES:
+        for _ in range(3):
+            feats = phase_features(phase, rng)
+            knobs, expect = fitted.recommend(feats)
+            value, predicted = proxy_argmax(text, feats)
+            assert value == knobs["read_ahead_kb"]
+            assert predicted == pytest.approx(expect, rel=1e-9, abs=1e-9)
+
+
+def test_dataset_rows_align_to_decision_time() -> None:
+    learner = KnobLearner(INFO)
+    table = make_dataset(100, seed=3)
+    assert learner.add_dataset(table.slice(0, 50)) == 49  # the first row has no predecessor
+    assert learner.add_dataset(table.slice(50)) == 50  # continues across portions
+    assert learner.add_dataset(make_dataset(10, seed=4, start_tick=500)) == 9  # a gap
+    assert learner.latest_tick == 509
+    later = make_dataset(10, seed=4, start_tick=500)
+    assert learner.latest_features["seq_ratio"] == later.column("seq_ratio")[-1].as_py()
+    assert learner.add_dataset(table.slice(0, 5)) == 4  # late, old rows: latest unchanged
+    assert learner.latest_tick == 509
+    unaligned = KnobLearner(INFO, lag=0)
+    assert unaligned.add_dataset(table) == 100
+
+
+def test_window_keeps_memory_flat() -> None:
+    learner = KnobLearner(INFO, window=1500, feedback_window=100)
+    for k in range(4):
+        learner.add_dataset(make_dataset(1000, seed=k, start_tick=1000 * k))
+    assert learner.rows == 1500
+    assert learner._tick[-1] == 3999
+
+
+def test_correct_shrinks_a_systematic_error(fitted: KnobLearner) -> None:
+    learner = KnobLearner(INFO)
+    learner.add_dataset(make_dataset(3000, seed=21, explore_share=0.25))
+    learner.fit()
+    trees = learner.booster.num_trees()
+    feedback = make_feedback(learner, 300, seed=7, bias=1.3)
+    stats = learner.correct(feedback)
+    assert stats["corrected"] and stats["rows"] == 300
+    assert stats["mae_before"] == pytest.approx(stats["recorded_mae"], rel=1e-6)
+    assert stats["mae_after"] < 0.6 * stats["mae_before"]
+    assert learner.booster.num_trees() == trees + 10
+    # the corrected policy still has the contract's columns, and later batches
+    # (fresh ticks) see a smaller recorded error than the first one did
+    assert lgb.Booster(model_str=learner.policy_text()).feature_name() == COLUMNS
+    later = learner.correct(make_feedback(learner, 300, seed=8, bias=1.3))
+    assert later["recorded_mae"] < 0.6 * stats["recorded_mae"]
+
+
+def test_correct_before_fit_only_stores() -> None:
+    learner = KnobLearner(INFO)
+    stats = learner.correct(pa.table({"tick": pa.array([], pa.int64())}))
+    assert stats["corrected"] is False and stats["rows"] == 0
+
+
+def test_explore_covers_the_knob_space(fitted: KnobLearner) -> None:
+    rng = np.random.default_rng(0)
+    blank = KnobLearner(INFO)
+    seen_blank = {blank.explore({}, rng)["read_ahead_kb"] for _ in range(200)}
+    assert 128 not in seen_blank and len(seen_blank) >= 10
+    feats = phase_features("random", rng)
+    seen = [fitted.explore(feats, rng)["read_ahead_kb"] for _ in range(200)]
+    assert 128 not in seen and len(set(seen)) >= 3
+    assert all(v in GRID for v in seen)
+
+
+def test_goal_min_is_minimised() -> None:
+    info = dict(INFO, objective={"name": "latency", "unit": "ms", "goal": "min"})
+    learner = KnobLearner(info)
+    learner.add_dataset(make_dataset(4000, seed=31, goal="min", explore_share=0.25))
+    assert learner.fit()["fitted"]
+    rng = np.random.default_rng(2)
+    text = learner.policy_text()
+    for phase, (_, best, _) in PHASES.items():
+        feats = phase_features(phase, rng)
+        knobs, expect = learner.recommend(feats)
+        assert near(knobs["read_ahead_kb"], best), (phase, knobs)
+        value, predicted = proxy_argmax(text, feats, goal="min")
+        assert value == knobs["read_ahead_kb"] and predicted == pytest.approx(expect)
+
+
+def test_choice_knobs_and_several_knobs() -> None:
+    info = {
+        "objective": {"name": "iops", "unit": "1/s", "goal": "max"},
+        "knobs": {
+            "scheduler": {"type": "choice", "choices": ["none", "mq-deadline", "bfq"],
+                          "default": "mq-deadline"},
+            "nr_requests": {"type": "int", "min": 4, "max": 1024, "default": 64},
+        },
+        "features": {"util": "float64"},
+    }
+    rng = np.random.default_rng(4)
+    n = 3000
+    util = rng.random(n)
+    sched = rng.choice(["none", "mq-deadline", "bfq"], size=n)
+    nr = rng.choice(candidate_values(info["knobs"]["nr_requests"]), size=n)
+    best_sched = np.where(util > 0.5, "bfq", "none")
+    y = 100 + 50 * (sched == best_sched) - 5 * np.abs(np.log2(nr) - 7) + rng.normal(0, 2, n)
+    table = pa.table({"tick": np.arange(n), "knob_scheduler": sched, "knob_nr_requests": nr,
+                      "util": util, "objective": y})
+    learner = KnobLearner(info, lag=0)
+    learner.add_dataset(table)
+    learner.fit()
+    assert learner.recommend({"util": 0.9}) [0] == {"scheduler": "bfq", "nr_requests": 128}
+    assert learner.recommend({"util": 0.1})[0]["scheduler"] == "none"
+    names = lgb.Booster(model_str=learner.policy_text()).feature_name()
+    assert names == ["util", "knob_scheduler", "knob_nr_requests"]
+    only = KnobLearner(info, ["nr_requests"], lag=0)
+    assert only.columns == ["util", knob_column("nr_requests")]
+    setting = only.explore({"util": 0.5}, rng)
+    assert set(setting) == {"nr_requests"} and setting["nr_requests"] != 64
+
+
+def test_fit_of_5k_rows_is_cheap() -> None:
+    learner = KnobLearner(INFO)
+    learner.add_dataset(make_dataset(5001, seed=41))
+    started = time.perf_counter()
+    learner.fit()
+    assert time.perf_counter() - started < 2.0
+
+
+def test_large_grids_are_searched_one_knob_at_a_time() -> None:
+    """Beyond 4096 combinations recommend() does coordinate ascent, explore() moves off."""
+    spec = {"type": "int", "min": 0, "max": 1 << 16, "default": 16}
+    info = {"objective": {"name": "score", "unit": "", "goal": "max"},
+            "knobs": {"a": spec, "b": spec, "c": spec}, "features": {"load": "float64"}}
+    rng = np.random.default_rng(6)
+    n = 3000
+    grid = candidate_values(spec)
+    a, b, c = (rng.choice(grid, size=n) for _ in range(3))
+    y = (-np.abs(np.log2(1 + a) - 10) - np.abs(np.log2(1 + b) - 4) - np.abs(np.log2(1 + c) - 6)
+         + rng.normal(0, 0.1, n))
+    table = pa.table({"tick": np.arange(n), "knob_a": a, "knob_b": b, "knob_c": c,
+                      "load": rng.random(n), "objective": y})
+    learner = KnobLearner(info, lag=0)
+    assert len(grid) ** 3 > 4096
+    learner.add_dataset(table)
+    learner.fit()
+    best, _ = learner.recommend({"load": 0.5})
+    assert near(best["a"], 1024) and near(best["b"], 16) and near(best["c"], 64)
+    moved = learner.explore({"load": 0.5}, rng)
+    assert moved != best and moved != {"a": 16, "b": 16, "c": 16}

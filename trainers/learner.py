@@ -1,0 +1,658 @@
+"""The FUSE-free learning core of the mlfs trainer.
+
+A `KnobLearner` learns, for one subsystem, how the objective of a tick depends
+on the state the tick started from (the feature columns) and on the knob
+values applied during it.  It is a LightGBM regression on exactly the dataset's
+column names, so the same booster serves three purposes:
+
+* the trainer asks it for the best knob setting (`recommend`) or for an
+  informative one to try (`explore`);
+* the trainer uploads it, unchanged, as the proxy's *policy* (`policy_text`):
+  the proxy predicts every candidate setting from the latest features and
+  applies the argmax itself, so the model must take raw column values and
+  nothing else (trees are invariant to monotone transforms of their inputs,
+  so raw knob values cost nothing);
+* the proxy's feedback (observed objective of each ML tick) continues the
+  boosting (`correct`): new trees fit the residuals of the current ones.
+
+Alignment.  The proxy decides the knobs of tick *t* from the features of the
+latest finished tick, *t - 1*, and records those decision-time features in the
+feedback.  A dataset row, however, holds the features sampled *during* tick
+*t*, which may already reflect the knob (a cache hit ratio does).  Training
+on those would teach the model a relationship it can never use at decision
+time, so by default (`lag=1`) dataset rows are re-aligned: the features of
+tick t - 1 are paired with the knobs and objective of tick t, and a row whose
+predecessor is missing (first row, a gap after a crash) is dropped.
+
+Nothing here touches a mount; the worker (`trainers.worker`) feeds it tables.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import lightgbm as lgb
+import numpy as np
+import pyarrow as pa
+
+__all__ = [
+    "KnobLearner",
+    "candidate_values",
+    "column_name",
+    "knob_column",
+    "MAX_CANDIDATES",
+]
+
+#: beyond this many knob combinations the grid is searched one knob at a time
+MAX_CANDIDATES = 4096
+#: at most this many values per int knob (the proxy uses the same rule)
+MAX_VALUES_PER_KNOB = 64
+
+_COLUMN_UNSAFE = re.compile(r"[^A-Za-z0-9_]")
+
+KnobValue = int | str
+
+
+def column_name(name: str) -> str:
+    """The dataset column of a feature: only [A-Za-z0-9_], others become '_'."""
+    return _COLUMN_UNSAFE.sub("_", name)
+
+
+def knob_column(knob: str) -> str:
+    """The dataset column of a knob's value."""
+    return "knob_" + column_name(knob)
+
+
+def candidate_values(spec: Mapping[str, Any]) -> list[KnobValue]:
+    """The values evaluated for one knob, ascending; the proxy's rule exactly.
+
+    int knobs: min, max, default and the powers of two in range, thinned evenly
+    to at most 64 (the default always kept); choice knobs: every choice, in
+    `info` order.  Using the proxy's rule and order makes the trainer's argmax
+    and the policy's argmax break ties the same way.
+    """
+    if spec["type"] == "choice":
+        return list(spec["choices"])
+    lo = int(spec.get("min") or 0)
+    hi = int(spec["max"]) if spec.get("max") is not None else 1 << 20
+    default = int(spec.get("default", lo))
+    values = {lo, hi, default}
+    power = 1
+    while power <= hi:
+        if power >= lo:
+            values.add(power)
+        power *= 2
+    ordered = sorted(values)
+    if len(ordered) > MAX_VALUES_PER_KNOB:
+        picks = np.linspace(0, len(ordered) - 1, MAX_VALUES_PER_KNOB).round().astype(int)
+        ordered = sorted({ordered[i] for i in picks} | {default})
+    return ordered
+
+
+def _as_float_column(table: pa.Table, name: str) -> np.ndarray:
+    """A numeric column as float64 with nulls as NaN (LightGBM's missing value)."""
+    column = table.column(name)
+    if pa.types.is_null(column.type):
+        return np.full(table.num_rows, np.nan)
+    return np.asarray(
+        column.cast(pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64
+    )
+
+
+class KnobLearner:
+    """Learns objective = f(features at decision time, knob values) for one subsystem.
+
+    `info` is the parsed `MOUNT/<subsystem>/info`; `knobs` the knobs this model
+    controls (default: all).  Memory is bounded: the last `window` dataset rows
+    and `feedback_window` feedback rows are kept, older ones are dropped.
+    """
+
+    def __init__(
+        self,
+        info: Mapping[str, Any],
+        knobs: Sequence[str] | None = None,
+        *,
+        window: int = 20_000,
+        feedback_window: int = 5_000,
+        lag: int = 1,
+        num_boost_round: int = 150,
+        params: Mapping[str, Any] | None = None,
+        seed: int = 0,
+    ) -> None:
+        if lag not in (0, 1):
+            raise ValueError("lag must be 0 or 1")
+        self.info = dict(info)
+        all_knobs: dict[str, dict] = dict(info["knobs"])
+        names = list(all_knobs) if knobs is None else list(knobs)
+        unknown = [k for k in names if k not in all_knobs]
+        if unknown or not names:
+            raise ValueError(f"unknown or no knobs: {unknown or names}")
+        # info order, so the candidate product matches the proxy's
+        self.knobs: list[str] = [k for k in all_knobs if k in names]
+        self.knob_specs = {k: dict(all_knobs[k]) for k in self.knobs}
+        self.features: list[str] = list(info["features"])
+        self.feature_columns = [column_name(f) for f in self.features]
+        self.knob_columns = [knob_column(k) for k in self.knobs]
+        self.columns = self.feature_columns + self.knob_columns
+        objective = info.get("objective") or {}
+        self.goal: str = objective.get("goal", "max")
+        if self.goal not in ("max", "min"):
+            raise ValueError(f"objective goal {self.goal!r} is neither max nor min")
+        self.window = int(window)
+        self.feedback_window = int(feedback_window)
+        self.lag = lag
+        self.num_boost_round = int(num_boost_round)
+        self.seed = seed
+        self.params: dict[str, Any] = {
+            "objective": "regression",
+            "learning_rate": 0.1,
+            "num_leaves": 15,
+            "min_data_in_leaf": 10,
+            "min_sum_hessian_in_leaf": 1e-3,
+            "lambda_l2": 1.0,
+            "max_bin": 63,
+            "verbose": -1,
+            "num_threads": 1,  # the daemon shares this 2-core machine; OpenMP spin-waits
+            "seed": seed,
+            "deterministic": True,
+            "force_row_wise": True,
+        }
+        self.params.update(params or {})
+
+        self.grids: list[list[KnobValue]] = [candidate_values(self.knob_specs[k])
+                                             for k in self.knobs]
+        self.default_setting = tuple(self._encode(k, self.knob_specs[k].get("default"))
+                                     for k in self.knobs)
+        n_combos = math.prod(len(g) for g in self.grids)
+        self._full_grid = n_combos <= MAX_CANDIDATES
+        if self._full_grid:
+            # itertools.product order = the proxy's candidate order (first argmax wins)
+            self._combo_codes = np.array(
+                [[self._encode(k, v) for k, v in zip(self.knobs, c, strict=True)]
+                 for c in itertools.product(*self.grids)], dtype=np.float64)
+        else:
+            self._combo_codes = np.empty((0, len(self.knobs)))
+
+        width = len(self.columns)
+        self._X = np.empty((0, width))
+        self._y = np.empty(0)
+        self._tick = np.empty(0, dtype=np.int64)
+        self._fX = np.empty((0, width))
+        self._fy = np.empty(0)
+        self._ftick = np.empty(0, dtype=np.int64)
+        self._last_tick: int | None = None
+        self._last_features: np.ndarray | None = None
+        self.latest_features: dict[str, float] = {}
+        self.latest_tick: int | None = None
+        self.max_tick: int | None = None
+        self.rows_since_fit = 0
+        self.booster: lgb.Booster | None = None
+        self.stats: dict[str, Any] = {}
+        self._mean = np.zeros(len(self.feature_columns))
+        self._scale = np.ones(len(self.feature_columns))
+
+    # ---- encoding ---------------------------------------------------------
+    def _encode(self, knob: str, value: Any) -> float:
+        """A knob value as the model sees it: ints raw, choices as their index."""
+        spec = self.knob_specs[knob]
+        if value is None:
+            return math.nan
+        if spec["type"] == "choice":
+            try:
+                return float(list(spec["choices"]).index(str(value)))
+            except ValueError:
+                return math.nan
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            return math.nan
+
+    def _decode(self, knob: str, code: float) -> KnobValue:
+        spec = self.knob_specs[knob]
+        if spec["type"] == "choice":
+            return list(spec["choices"])[int(code)]
+        return int(code)
+
+    def _knob_matrix(self, table: pa.Table) -> np.ndarray:
+        out = np.empty((table.num_rows, len(self.knobs)))
+        for j, (knob, column) in enumerate(zip(self.knobs, self.knob_columns, strict=True)):
+            if column not in table.column_names:
+                raise ValueError(f"table has no column {column!r}")
+            if self.knob_specs[knob]["type"] == "choice":
+                index = {c: float(i) for i, c in enumerate(self.knob_specs[knob]["choices"])}
+                values = table.column(column).to_pylist()
+                out[:, j] = [index.get(str(v), math.nan) if v is not None else math.nan
+                             for v in values]
+            else:
+                out[:, j] = _as_float_column(table, column)
+        return out
+
+    def _feature_matrix(self, table: pa.Table) -> np.ndarray:
+        out = np.empty((table.num_rows, len(self.features)))
+        for j, column in enumerate(self.feature_columns):
+            if column not in table.column_names:
+                raise ValueError(f"table has no feature column {column!r}")
+            out[:, j] = _as_float_column(table, column)
+        return out
+
+    def _feature_vector(self, latest: Mapping[str, Any] | None) -> np.ndarray:
+        """Features keyed by column name (as the proxy has them) or by info name."""
+        latest = self.latest_features if latest is None else latest
+        vec = np.full(len(self.features), np.nan)
+        for j, (name, column) in enumerate(zip(self.features, self.feature_columns,
+                                               strict=True)):
+            value = latest.get(column, latest.get(name))
+            if value is not None:
+                try:
+                    vec[j] = float(value)
+                except (TypeError, ValueError):
+                    pass
+        return vec
+
+    @staticmethod
+    def _ticks(table: pa.Table) -> np.ndarray:
+        if "tick" not in table.column_names:
+            raise ValueError("table has no 'tick' column")
+        return np.asarray(table.column("tick").cast(pa.int64()).fill_null(-1).to_numpy(),
+                          dtype=np.int64)
+
+    # ---- data -------------------------------------------------------------
+    def add_dataset(self, table: pa.Table) -> int:
+        """Append dataset rows (one sealed portion); returns rows kept for training.
+
+        Rows are re-aligned to decision time (see the module docstring); the
+        last row is remembered so the next portion's first row still has its
+        predecessor.  Rows without an objective or a decodable knob are dropped.
+        """
+        if table.num_rows == 0:
+            return 0
+        if "objective" not in table.column_names:
+            raise ValueError("table has no 'objective' column")
+        ticks = self._ticks(table)
+        order = np.argsort(ticks, kind="stable")
+        ticks = ticks[order]
+        feats = self._feature_matrix(table)[order]
+        knobs = self._knob_matrix(table)[order]
+        y = _as_float_column(table, "objective")[order]
+
+        last = ticks[-1]
+        if self.latest_tick is None or last >= self.latest_tick:
+            self.latest_tick = int(last)
+            self.latest_features = {c: float(v) for c, v in
+                                    zip(self.feature_columns, feats[-1], strict=True)}
+        self.max_tick = int(last) if self.max_tick is None else max(self.max_tick, int(last))
+
+        if self.lag:
+            prev = np.empty_like(feats)
+            prev[1:] = feats[:-1]
+            ok = np.zeros(len(ticks), dtype=bool)
+            ok[1:] = ticks[1:] - ticks[:-1] == 1
+            if self._last_tick is not None and ticks[0] - self._last_tick == 1:
+                prev[0] = self._last_features
+                ok[0] = True
+            if self._last_tick is None or last > self._last_tick:
+                self._last_tick = int(last)
+                self._last_features = feats[-1].copy()
+            feats = prev
+        else:
+            ok = np.ones(len(ticks), dtype=bool)
+        ok &= np.isfinite(y) & np.isfinite(knobs).all(axis=1) & (ticks >= 0)
+        X = np.hstack([feats, knobs])[ok]
+        self._X = np.vstack([self._X, X])[-self.window:]
+        self._y = np.concatenate([self._y, y[ok]])[-self.window:]
+        self._tick = np.concatenate([self._tick, ticks[ok]])[-self.window:]
+        kept = int(ok.sum())
+        self.rows_since_fit += kept
+        return kept
+
+    def _parse_feedback(self, table: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                        np.ndarray]:
+        label = "observed" if "observed" in table.column_names else "objective"
+        if label not in table.column_names:
+            raise ValueError("feedback has no 'observed' column")
+        X = np.hstack([self._feature_matrix(table), self._knob_matrix(table)])
+        y = _as_float_column(table, label)
+        ticks = self._ticks(table)
+        err = (_as_float_column(table, "error") if "error" in table.column_names
+               else np.full(len(y), np.nan))
+        ok = np.isfinite(y) & np.isfinite(X[:, len(self.features):]).all(axis=1)
+        return X[ok], y[ok], ticks[ok], err[ok]
+
+    def _store_feedback(self, X: np.ndarray, y: np.ndarray, ticks: np.ndarray) -> None:
+        self._fX = np.vstack([self._fX, X])[-self.feedback_window:]
+        self._fy = np.concatenate([self._fy, y])[-self.feedback_window:]
+        self._ftick = np.concatenate([self._ftick, ticks])[-self.feedback_window:]
+
+    def add_feedback(self, table: pa.Table) -> int:
+        """Append feedback rows (features at decision time, knobs applied, observed)."""
+        if table.num_rows == 0:
+            return 0
+        X, y, ticks, _ = self._parse_feedback(table)
+        self._store_feedback(X, y, ticks)
+        self._note_feedback_features(X, ticks)
+        return len(y)
+
+    def _note_feedback_features(self, X: np.ndarray, ticks: np.ndarray) -> None:
+        """Feedback arrives sooner than sealed dataset portions; its decision-time
+        features of tick t are the sample of tick t - 1, the freshest state known."""
+        if not len(ticks):
+            return
+        i = int(np.argmax(ticks))
+        top = int(ticks[i])
+        self.max_tick = top if self.max_tick is None else max(self.max_tick, top)
+        if self.latest_tick is None or top - 1 > self.latest_tick:
+            self.latest_tick = top - 1
+            self.latest_features = {c: float(v) for c, v in zip(
+                self.feature_columns, X[i, : len(self.features)], strict=True)}
+
+    @property
+    def rows(self) -> int:
+        """Dataset rows in the training window."""
+        return len(self._y)
+
+    @property
+    def fitted(self) -> bool:
+        return self.booster is not None
+
+    @property
+    def explored_rows(self) -> int:
+        """Training rows whose knob setting differs from the default one."""
+        if not len(self._X):
+            return 0
+        knobs = self._X[:, len(self.features):]
+        return int((knobs != np.array(self.default_setting)).any(axis=1).sum())
+
+    def _training_set(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Dataset rows plus feedback rows of ticks the dataset window lacks, by tick."""
+        extra = ~np.isin(self._ftick, self._tick)
+        X = np.vstack([self._X, self._fX[extra]])
+        y = np.concatenate([self._y, self._fy[extra]])
+        t = np.concatenate([self._tick, self._ftick[extra]])
+        order = np.argsort(t, kind="stable")
+        return X[order], y[order], t[order]
+
+    def _weights(self, X: np.ndarray) -> np.ndarray:
+        """Square-root inverse frequency of each knob setting.
+
+        The default algorithm dominates the dataset (90% of ticks in learning
+        mode); without this the trees spend their splits on the default setting
+        and hardly resolve the explored ones, which are what the argmax compares.
+        """
+        knobs = X[:, len(self.features):]
+        _, inverse, counts = np.unique(knobs, axis=0, return_inverse=True, return_counts=True)
+        inverse = inverse.reshape(-1)
+        w = np.sqrt(len(X) / (len(counts) * counts[inverse]))
+        return np.clip(w, 0.1, 10.0)
+
+    def _train(self, X: np.ndarray, y: np.ndarray, w: np.ndarray, rounds: int) -> lgb.Booster:
+        data = lgb.Dataset(X, label=y, weight=w, feature_name=self.columns,
+                           free_raw_data=True, params={"verbose": -1})
+        return lgb.train(self.params, data, num_boost_round=rounds)
+
+    # ---- fitting ----------------------------------------------------------
+    def fit(self) -> dict[str, Any]:
+        """Train a fresh booster on the window; validate on the newest 20% first.
+
+        The holdout is time-ordered (the last ticks), because the question that
+        matters is how well the past predicts the near future of a drifting
+        workload; a random split would flatter the model.  The returned model
+        is then refitted on all rows, so the newest ticks are not wasted.
+        """
+        started = time.perf_counter()
+        X, y, _ = self._training_set()
+        n = len(y)
+        if n < 20:
+            return {"fitted": False, "rows": n, "reason": "too few rows"}
+        w = self._weights(X)
+        stats: dict[str, Any] = {"fitted": True, "rows": n}
+        n_val = n // 5 if n >= 100 else 0
+        if n_val:
+            cut = n - n_val
+            model = self._train(X[:cut], y[:cut], w[:cut], self.num_boost_round)
+            pred = model.predict(X[cut:], num_threads=self.params["num_threads"])
+            err = y[cut:] - pred
+            stats["val_rows"] = n_val
+            stats["val_mae"] = float(np.mean(np.abs(err)))
+            stats["val_rmse"] = float(np.sqrt(np.mean(err**2)))
+            stats["val_mae_naive"] = float(np.mean(np.abs(y[cut:] - np.mean(y[:cut]))))
+        self.booster = self._train(X, y, w, self.num_boost_round)
+        feats = X[:, : len(self.features)]
+        self._mean = np.nanmean(feats, axis=0) if n else self._mean
+        scale = np.nanstd(feats, axis=0)
+        self._scale = np.where(np.isfinite(scale) & (scale > 0), scale, 1.0)
+        self._mean = np.where(np.isfinite(self._mean), self._mean, 0.0)
+        gain = self.booster.feature_importance("split")
+        stats["knob_splits"] = int(gain[len(self.features):].sum())
+        stats["trees"] = self.booster.num_trees()
+        stats["explored_rows"] = self.explored_rows
+        stats["seconds"] = round(time.perf_counter() - started, 4)
+        self.rows_since_fit = 0
+        self.stats = stats
+        return stats
+
+    @property
+    def knob_aware(self) -> bool:
+        """Whether the booster splits on a knob at all (else every candidate ties)."""
+        if self.booster is None:
+            return False
+        splits = self.booster.feature_importance("split")[len(self.features):]
+        return bool(splits.sum() > 0)
+
+    def correct(self, feedback: pa.Table, *, rounds: int = 10,
+                max_trees: int = 600) -> dict[str, Any]:
+        """Error back-propagation: continue boosting on the proxy's feedback.
+
+        The rows are stored, then `rounds` small trees are added to the current
+        booster (`init_model`), trained on the recent feedback window with the
+        observed objective as label — LightGBM starts from the booster's own
+        predictions, so the new trees fit exactly the residuals.  The window,
+        not only this batch, keeps a small batch from dragging the model around.
+        Returns mean |error| on this batch: as the proxy recorded it
+        (`recorded_mae`, against the expectation it acted on), and under the
+        booster before and after the correction.
+
+        Small leaves fitted to a few hundred rows overfit easily, and an
+        in-sample check would accept anything; so the correction is first
+        trained on a random 75% of the window and kept only if it does not
+        worsen the error on the other 25% (`holdout_before`/`holdout_after`).
+        """
+        X, y, ticks, err = self._parse_feedback(feedback) if feedback.num_rows else (
+            np.empty((0, len(self.columns))), np.empty(0), np.empty(0, dtype=np.int64),
+            np.empty(0))
+        self._store_feedback(X, y, ticks)
+        self._note_feedback_features(X, ticks)
+        finite = err[np.isfinite(err)]
+        stats: dict[str, Any] = {
+            "rows": len(y), "corrected": False,
+            "recorded_mae": float(np.mean(np.abs(finite))) if len(finite) else math.nan,
+        }
+        if self.booster is None or len(y) == 0:
+            return stats
+        started = time.perf_counter()
+        threads = self.params["num_threads"]
+        before = self.booster.predict(X, num_threads=threads)
+        stats["mae_before"] = stats["mae_after"] = float(np.mean(np.abs(y - before)))
+        if self.booster.num_trees() + rounds > max_trees:
+            stats["reason"] = "tree budget spent; waiting for a refit"
+            return stats
+        wX, wy = self._fX[-2000:], self._fy[-2000:]
+        stats["window_rows"] = len(wy)
+        if len(wy) < 20:
+            stats["reason"] = "too few feedback rows"
+            return stats
+        params = dict(self.params)
+        params.update(num_leaves=7, learning_rate=0.1,
+                      min_data_in_leaf=max(3, min(20, len(wy) // 20)))
+        rng = np.random.default_rng(self.seed + len(self._fy))
+        held = rng.random(len(wy)) < 0.25
+        trial = self._continue(params, wX[~held], wy[~held], rounds)
+        base = self.booster.predict(wX[held], num_threads=threads)
+        stats["holdout_before"] = float(np.mean(np.abs(wy[held] - base)))
+        stats["holdout_after"] = float(np.mean(np.abs(
+            wy[held] - trial.predict(wX[held], num_threads=threads))))
+        if stats["holdout_after"] <= stats["holdout_before"]:
+            self.booster = self._continue(params, wX, wy, rounds)
+            stats["corrected"] = True
+            after = self.booster.predict(X, num_threads=threads)
+            stats["mae_after"] = float(np.mean(np.abs(y - after)))
+        else:
+            stats["reason"] = "correction did not generalise to held-out feedback"
+        stats["trees"] = self.booster.num_trees()
+        stats["seconds"] = round(time.perf_counter() - started, 4)
+        return stats
+
+    def _continue(self, params: dict, X: np.ndarray, y: np.ndarray, rounds: int
+                  ) -> lgb.Booster:
+        """`rounds` more trees on top of the current booster, fitted to its residuals."""
+        data = lgb.Dataset(X, label=y, feature_name=self.columns, free_raw_data=True,
+                           params={"verbose": -1})
+        return lgb.train(params, data, num_boost_round=rounds, init_model=self.booster)
+
+    # ---- decisions --------------------------------------------------------
+    def _rows(self, features: np.ndarray, codes: np.ndarray) -> np.ndarray:
+        X = np.empty((len(codes), len(self.columns)))
+        X[:, : len(self.features)] = features
+        X[:, len(self.features):] = codes
+        return X
+
+    def _predict_codes(self, features: np.ndarray, codes: np.ndarray) -> np.ndarray:
+        assert self.booster is not None
+        return self.booster.predict(self._rows(features, codes),
+                                    num_threads=self.params["num_threads"])
+
+    def _best_index(self, scores: np.ndarray) -> int:
+        return int(np.argmax(scores) if self.goal == "max" else np.argmin(scores))
+
+    def _decode_setting(self, codes: Sequence[float]) -> dict[str, KnobValue]:
+        return {k: self._decode(k, c) for k, c in zip(self.knobs, codes, strict=True)}
+
+    def _coordinate_search(self, features: np.ndarray,
+                           start: Sequence[float]) -> tuple[np.ndarray, float]:
+        """Best setting one knob at a time, for grids too large to enumerate."""
+        current = np.array(start, dtype=np.float64)
+        best = math.nan
+        for _ in range(3):
+            changed = False
+            for j, knob in enumerate(self.knobs):
+                values = np.array([self._encode(knob, v) for v in self.grids[j]])
+                codes = np.repeat(current[None, :], len(values), axis=0)
+                codes[:, j] = values
+                pred = self._predict_codes(features, codes)
+                i = self._best_index(pred)
+                best = float(pred[i])
+                if codes[i, j] != current[j]:
+                    current[j] = codes[i, j]
+                    changed = True
+            if not changed:
+                break
+        return current, best
+
+    def predict(self, latest_features: Mapping[str, Any] | None,
+                knobs: Mapping[str, Any]) -> float:
+        """The predicted objective of one knob setting (the `expect=` to send)."""
+        if self.booster is None:
+            return math.nan
+        codes = np.array([[self._encode(k, knobs.get(k)) for k in self.knobs]])
+        return float(self._predict_codes(self._feature_vector(latest_features), codes)[0])
+
+    def recommend(self, latest_features: Mapping[str, Any] | None = None
+                  ) -> tuple[dict[str, KnobValue], float]:
+        """The best knob setting for this state and its predicted objective.
+
+        Evaluates the candidate grid in the proxy's order and takes the first
+        argmax (argmin for goal "min"), as the policy will.  `latest_features`
+        defaults to the newest dataset row seen.
+        """
+        if self.booster is None:
+            raise RuntimeError("recommend() before a successful fit()")
+        features = self._feature_vector(latest_features)
+        if self._full_grid:
+            pred = self._predict_codes(features, self._combo_codes)
+            i = self._best_index(pred)
+            return self._decode_setting(self._combo_codes[i]), float(pred[i])
+        codes, value = self._coordinate_search(features, self.default_setting)
+        return self._decode_setting(codes), value
+
+    def _local_counts(self, features: np.ndarray, codes: np.ndarray, k: int = 200
+                      ) -> np.ndarray:
+        """How often each candidate setting was tried in states like this one."""
+        if not len(self._X):
+            return np.zeros(len(codes))
+        z = (self._X[:, : len(self.features)] - self._mean) / self._scale
+        z0 = (features - self._mean) / self._scale
+        d = np.nansum((np.nan_to_num(z, nan=0.0) - np.nan_to_num(z0, nan=0.0)) ** 2, axis=1)
+        k = min(k, len(d))
+        near = np.argpartition(d, k - 1)[:k]
+        tried = self._X[near, len(self.features):]
+        return (tried[:, None, :] == codes[None, :, :]).all(axis=2).sum(axis=0)
+
+    def explore(self, latest_features: Mapping[str, Any] | None,
+                rng: np.random.Generator) -> dict[str, KnobValue]:
+        """A knob setting worth trying in learning mode; never the default one.
+
+        Before the first fit: uniform over the candidate grid.  After: an
+        upper-confidence pick, so exploration covers the knob space where it is
+        still unknown without paying again and again for settings already known
+        to be bad (which would hold the measured efficiency, and so the mode,
+        down).  The score of a candidate is its prediction plus a bonus of
+        `bonus` times the best prediction's magnitude, shrinking as
+        1/sqrt(1 + n) with n the times it was tried in similar states (the
+        nearest rows in standardized feature space), plus Gaussian noise of
+        `noise` times that magnitude (Thompson-like tie breaking).  Relative
+        scales, because measurement noise (what a residual RMSE would measure)
+        says nothing about what the model does not know yet.
+        """
+        return self._explore(latest_features, rng)
+
+    def _explore(self, latest_features: Mapping[str, Any] | None, rng: np.random.Generator,
+                 bonus: float = 0.3, noise: float = 0.05) -> dict[str, KnobValue]:
+        default = np.array(self.default_setting)
+        if not self._full_grid:
+            # too many combinations: move a random knob off the best setting
+            if self.booster is not None:
+                base = np.array([self._encode(k, v) for k, v in
+                                 self.recommend(latest_features)[0].items()])
+            else:
+                base = default.copy()
+            codes = base.copy()
+            for _ in range(100):
+                j = int(rng.integers(len(self.knobs)))
+                grid = self.grids[j]
+                codes[j] = self._encode(self.knobs[j], grid[int(rng.integers(len(grid)))])
+                if not (np.array_equal(codes, default) or np.array_equal(codes, base)):
+                    break
+            return self._decode_setting(codes)
+        codes = self._combo_codes
+        keep = ~(codes == default).all(axis=1)
+        if not keep.any():
+            return self._decode_setting(default)
+        codes = codes[keep]
+        if self.booster is None:
+            return self._decode_setting(codes[int(rng.integers(len(codes)))])
+        features = self._feature_vector(latest_features)
+        sign = 1.0 if self.goal == "max" else -1.0
+        pred = sign * self._predict_codes(features, codes)
+        scale = abs(float(np.max(pred)))  # the best candidate's magnitude
+        if not math.isfinite(scale) or scale <= 0:
+            scale = float(np.std(self._y)) if len(self._y) > 1 else 1.0
+        scale = scale if scale > 0 else 1.0
+        counts = self._local_counts(features, codes)
+        score = pred + bonus * scale / np.sqrt(1.0 + counts)
+        score += rng.normal(0.0, noise * scale, size=len(score))
+        return self._decode_setting(codes[int(np.argmax(score))])
+
+    # ---- the policy -------------------------------------------------------
+    def policy_text(self) -> str:
+        """The booster in LightGBM text format, for `models/<m>/policy`.
+
+        Its feature names are exactly the dataset columns it uses (features,
+        then `knob_<name>` of the controlled knobs), raw values, no transform.
+        """
+        if self.booster is None:
+            raise RuntimeError("policy_text() before a successful fit()")
+        return self.booster.model_to_string()

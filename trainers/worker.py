@@ -1,0 +1,747 @@
+"""`mlfs train MOUNTPOINT SUBSYSTEM [--model NAME]`: the LightGBM trainer worker.
+
+The worker is an ordinary user of the mount, as a user-space trainer of the
+ml-lib proposal would be: it creates and starts its model proxy
+(`mkdir models/<m>`, `echo start > control`), sleeps on the subsystem's
+`events` stream, reads only the Parquet portions it has not seen, trains a
+`KnobLearner`, uploads the booster as the proxy's policy, sends exploration
+recommendations while the model is learning, and corrects the model with each
+feedback portion (error back-propagation).
+
+It treats the mount as something that can fail under it at any moment: the
+daemon may restart (ENOTCONN, or the mount point is a plain directory for a
+while), the proxy may be destroyed (`rmdir`), a write may be refused (EINVAL,
+EBUSY: the reason is the last line of `errors`), a portion may vanish under
+retention.  None of that ends the worker; it logs, backs off and carries on,
+keeping what it has learned, and re-creates what it needs when the mount is
+back.  Only `stop`, `max_seconds` or a signal end it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import json
+import logging
+import math
+import os
+import re
+import select
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from trainers.learner import KnobLearner
+
+__all__ = ["run_worker", "main"]
+
+MODEL_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+#: errors that mean "the mount (or this path in it) is not there right now"
+GONE = {errno.ENOTCONN, errno.ENOENT, errno.ENODEV, errno.ESHUTDOWN, errno.ECONNABORTED,
+        errno.ENOTDIR}
+
+FIT_MIN_ROWS = 200  # new rows before a (re)fit
+FIT_MIN_SECONDS = 2.0
+POLICY_MIN_SECONDS = 5.0  # each upload costs the daemon a check in a subprocess
+POLICY_KEEPALIVE_SECONDS = 30.0  # well inside the proxy's 60 s silence timeout
+PROGRESS_SECONDS = 5.0
+RESCAN_SECONDS = 5.0  # safety net for missed events
+START_RETRY_SECONDS = 2.0
+POLL_SECONDS = 0.5
+EMERGENCY_RETRY_SECONDS = 10.0
+LEARNING_TTL = 10  # ticks: one ML tick at the default 10% learning share
+FALLBACK_TTL = 3
+
+
+class _MountGone(Exception):
+    """The mount or the subsystem disappeared: reconnect from scratch."""
+
+
+def _gone(exc: OSError) -> bool:
+    return exc.errno in GONE
+
+
+class _Worker:
+    def __init__(self, mountpoint: str, subsystem: str, model: str, stop: threading.Event,
+                 log: logging.Logger, prepare_seconds: float, seed: int) -> None:
+        self.root = Path(mountpoint)
+        self.subsystem = subsystem
+        self.model = model
+        self.sub = self.root / subsystem
+        self.mdir = self.sub / "models" / model
+        self.stop = stop
+        self.log = log
+        self.prepare_seconds = prepare_seconds
+        self.rng = np.random.default_rng(seed)
+        self.learner: KnobLearner | None = None
+        self.info: dict[str, Any] = {}
+        self.info_key = ""
+        self.tick_seconds = 0.05
+        self.connected = False
+        self.fd: int | None = None
+        self.poller: select.poll | None = None
+        self.buffer = b""
+        self.spurious = 0
+        self.seen: dict[str, set[str]] = {"dataset": set(), "feedback": set()}
+        self.mode = "unknown"
+        self.state = "unknown"
+        self.efficiency = math.nan
+        self.start_pending = True
+        self.policy_live = False
+        self.policy_dirty = False
+        now = time.monotonic()
+        self.t_start_try = 0.0
+        self.t_fit = 0.0
+        self.t_policy = 0.0
+        self.t_progress = now
+        self.t_rescan = now
+        self.t_mode = 0.0
+        self.t_next_rec = 0.0
+        self.t_last_portion = now
+        self.t_prepare = now
+        self.warned: dict[str, float] = {}
+        self.stats: dict[str, Any] = {
+            "fits": 0, "corrections": 0, "policies": 0, "policy_rejected": 0,
+            "recommendations": 0, "explorations": 0, "rejected": 0, "portions": 0,
+            "feedback_portions": 0, "skipped_portions": 0, "reconnects": 0,
+            "proxy_created": 0, "events": 0, "overflows": 0,
+        }
+        self.last_fit: dict[str, Any] = {}
+        self.last_correction: dict[str, Any] = {}
+
+    # ---- small helpers ----------------------------------------------------
+    def warn(self, key: str, msg: str, *args: object) -> None:
+        """WARNING once per key every 10 s, DEBUG in between: no floods."""
+        now = time.monotonic()
+        if now - self.warned.get(key, -1e9) >= 10.0:
+            self.warned[key] = now
+            self.log.warning(msg, *args)
+        else:
+            self.log.debug(msg, *args)
+
+    @staticmethod
+    def read_attr(path: Path) -> str:
+        with open(path, encoding="ascii", errors="replace") as f:
+            return f.read().strip()
+
+    def write_attr(self, path: Path, text: str) -> None:
+        """One value, one write(2), as sysfs wants; errors raise OSError."""
+        data = text.encode("ascii")
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+
+    def last_error(self) -> str:
+        """The proxy's reason for the last refusal (the last line of `errors`)."""
+        try:
+            lines = self.read_attr(self.mdir / "errors").splitlines()
+        except OSError:
+            return "?"
+        return lines[-1] if lines else "?"
+
+    def check_gone(self, exc: OSError) -> None:
+        """Turn 'the mount is gone' into _MountGone; 'only the proxy is gone' into a
+        re-creation; anything else is left for the caller to log."""
+        if not _gone(exc):
+            return
+        try:
+            os.stat(self.sub / "info")
+        except OSError:
+            raise _MountGone(str(exc)) from None
+        if not self.mdir.is_dir():
+            self.log.warning("model proxy %s was destroyed; re-creating it", self.mdir)
+            self.ensure_proxy()
+
+    # ---- connection -------------------------------------------------------
+    def connect(self) -> None:
+        """(Re)attach to the mount: info, proxy, event stream, then the backlog."""
+        text = self.read_attr(self.sub / "info")
+        info = json.loads(text)
+        key = json.dumps([info.get("objective"), info.get("knobs"), info.get("features")],
+                         sort_keys=True)
+        self.info = info
+        self.tick_seconds = float(info.get("tick_seconds") or 0.05)
+        if key != self.info_key:
+            self.info_key = key
+            self.learner = None
+        self.ensure_proxy()
+        # open the stream before listing, so nothing sealed in between is missed
+        self.open_events()
+        self.scan_dataset(initial=True)
+        self.scan_feedback()
+        self.read_mode()
+        self.connected = True
+        if self.learner is not None and self.learner.fitted and self.learner.knob_aware:
+            self.policy_dirty = True
+        self.log.info("attached to %s (model %s, knobs %s, mode %s)", self.sub, self.model,
+                      " ".join(self.learner.knobs if self.learner else []), self.mode)
+
+    def disconnect(self, why: str) -> None:
+        if self.connected:
+            self.log.warning("lost %s (%s); retrying every second", self.sub, why)
+            self.stats["reconnects"] += 1
+        self.connected = False
+        self.policy_live = False
+        self.start_pending = True
+        self.close_events()
+
+    def ensure_proxy(self) -> None:
+        """mkdir models/<m> (EEXIST is fine), pick up its knobs, and start it."""
+        try:
+            os.mkdir(self.mdir)
+            self.stats["proxy_created"] += 1
+            self.log.info("created model proxy %s", self.mdir)
+            fresh = True
+        except FileExistsError:
+            fresh = False
+        try:
+            knobs = self.read_attr(self.mdir / "knobs").split()
+        except OSError as exc:
+            if _gone(exc):
+                raise
+            knobs = []
+        knobs = [k for k in knobs if k in self.info.get("knobs", {})] or None
+        if self.learner is None or (knobs and knobs != self.learner.knobs):
+            self.learner = KnobLearner(self.info, knobs)
+            self.seen = {"dataset": set(), "feedback": set()}
+        if fresh:
+            # a new proxy (new daemon, or re-created after rmdir) may number its
+            # feedback afresh: what is listed now predates our policy
+            self.seen["feedback"] = set(self.list_portions(self.mdir / "feedback"))
+        self.policy_live = False
+        if self.learner.fitted and self.learner.knob_aware:
+            self.policy_dirty = True
+        self.start_pending = True
+        self.try_start()
+
+    def try_start(self) -> None:
+        self.t_start_try = time.monotonic()
+        try:
+            self.state = self.read_attr(self.mdir / "state")
+            if self.state in ("started", "running"):
+                self.start_pending = False
+                return
+            self.write_attr(self.mdir / "control", "start\n")
+            self.state = self.read_attr(self.mdir / "state")
+            self.start_pending = False
+            self.log.info("started model proxy %s", self.mdir)
+        except OSError as exc:
+            if _gone(exc):
+                raise
+            self.warn("start", "cannot start %s: %s (%s)", self.mdir, os.strerror(exc.errno or 0),
+                      self.last_error())
+
+    def open_events(self) -> None:
+        self.close_events()
+        self.fd = os.open(self.sub / "events", os.O_RDONLY | os.O_NONBLOCK)
+        self.poller = select.poll()
+        self.poller.register(self.fd, select.POLLIN | select.POLLERR | select.POLLHUP)
+        self.buffer = b""
+
+    def close_events(self) -> None:
+        if self.fd is not None:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+        self.fd = None
+        self.poller = None
+
+    # ---- events -----------------------------------------------------------
+    def wait_events(self, timeout: float) -> list[dict]:
+        """Block in poll() up to `timeout` s; return the whole lines that arrived."""
+        assert self.poller is not None and self.fd is not None
+        ready = self.poller.poll(max(0, int(timeout * 1000)))
+        if not ready:
+            return []
+        chunks = []
+        eof = False
+        while True:
+            try:
+                chunk = os.read(self.fd, 65536)
+            except BlockingIOError:
+                break
+            except InterruptedError:
+                continue
+            if not chunk:
+                eof = True
+                break
+            chunks.append(chunk)
+        if eof:
+            raise _MountGone("end of file on events")
+        if not chunks:
+            # readable by poll but nothing to read: a mount without poll support
+            # would spin us; fall back to a short wait rather than burn a core
+            self.spurious += 1
+            if self.spurious > 3:
+                self.stop.wait(min(timeout, 0.2))
+            return []
+        self.spurious = 0
+        self.buffer += b"".join(chunks)
+        *lines, self.buffer = self.buffer.split(b"\n")
+        if len(self.buffer) > 1 << 20:
+            self.buffer = b""
+        events = []
+        for line in lines:
+            if not line.strip():
+                continue
+            try:
+                event = json.loads(line)
+            except ValueError:
+                self.log.debug("unparsable event line %r", line[:200])
+                continue
+            if isinstance(event, dict):
+                events.append(event)
+        return events
+
+    def handle(self, events: list[dict]) -> None:
+        dataset = feedback = False
+        for event in events:
+            self.stats["events"] += 1
+            if event.get("subsystem") not in (None, self.subsystem):
+                continue
+            kind = event.get("event")
+            ours = event.get("model") == self.model
+            if kind == "portion":
+                path = str(event.get("path", ""))
+                dataset |= path.startswith(f"{self.subsystem}/dataset/") or not path
+            elif kind == "feedback" and ours:
+                feedback = True
+            elif kind == "mode" and ours:
+                old, self.mode = self.mode, str(event.get("to", self.mode))
+                if old != self.mode:
+                    self.log.info("mode %s -> %s (%s)", event.get("from", old), self.mode,
+                                  event.get("why", ""))
+            elif kind == "state" and ours:
+                self.state = str(event.get("to", self.state))
+                if self.state in ("stopped", "initialized"):
+                    # stopped by someone, or destroyed (rmdir stops first), or a
+                    # fresh proxy: housekeeping re-creates and starts it as needed
+                    self.log.info("model proxy is %s; it will be started again", self.state)
+                    self.start_pending = True
+            elif kind == "policy" and ours and event.get("status") in ("failed", "removed"):
+                self.log.warning("policy %s by the proxy", event.get("status"))
+                self.policy_live = False
+            elif kind == "overflow":
+                self.stats["overflows"] += 1
+                self.log.info("event stream overflowed (%s lost); rescanning", event.get("lost"))
+                dataset = feedback = True
+        if dataset:
+            self.scan_dataset()
+        if feedback:
+            self.scan_feedback()
+
+    # ---- portions ---------------------------------------------------------
+    def list_portions(self, directory: Path) -> list[str]:
+        try:
+            names = os.listdir(directory)
+        except OSError as exc:
+            if exc.errno == errno.ENOENT and directory.parent.is_dir():
+                return []  # no portion sealed yet
+            raise
+        return sorted(n for n in names if n.endswith(".parquet") and not n.startswith("."))
+
+    def read_portion(self, path: Path) -> pa.Table | None:
+        """A sealed portion, or None when it vanished or is malformed (logged)."""
+        try:
+            return pq.read_table(path)
+        except FileNotFoundError:
+            self.log.debug("portion %s vanished before it was read", path)
+            return None
+        except OSError as exc:
+            if _gone(exc):
+                raise
+            self.stats["skipped_portions"] += 1
+            self.warn("portion", "skipping portion %s: %s", path, exc)
+            return None
+        except (pa.ArrowException, ValueError) as exc:
+            self.stats["skipped_portions"] += 1
+            self.warn("portion", "skipping malformed portion %s: %s", path, exc)
+            return None
+
+    @staticmethod
+    def prune(seen: set[str], listed: list[str]) -> None:
+        """Names are never reused, so names no longer listed can be forgotten."""
+        if len(seen) > 4096:
+            seen &= set(listed)
+
+    def scan_dataset(self, initial: bool = False) -> None:
+        """Read the dataset portions not seen yet, oldest first.
+
+        On a first scan only the newest ones that fill the learner's window are
+        read (the rest could not be kept anyway); they are still added oldest
+        first, so rows re-align across portion boundaries.
+        """
+        assert self.learner is not None
+        directory = self.sub / "dataset"
+        listed = self.list_portions(directory)
+        seen = self.seen["dataset"]
+        new = [n for n in listed if n not in seen]
+        if not new:
+            return
+        tables: list[tuple[str, pa.Table]] = []
+        if initial or len(new) > 64:
+            rows = 0
+            for name in reversed(new):
+                seen.add(name)
+                if rows >= self.learner.window:
+                    continue
+                table = self.read_portion(directory / name)
+                if table is not None:
+                    tables.append((name, table))
+                    rows += table.num_rows
+            tables.reverse()
+        else:
+            for name in new:
+                seen.add(name)
+                table = self.read_portion(directory / name)
+                if table is not None:
+                    tables.append((name, table))
+        for name, table in tables:
+            try:
+                self.learner.add_dataset(table)
+            except (ValueError, pa.ArrowException, KeyError, TypeError) as exc:
+                self.stats["skipped_portions"] += 1
+                self.warn("schema", "dataset portion %s does not fit the subsystem: %s",
+                          name, exc)
+                continue
+            self.stats["portions"] += 1
+            self.t_last_portion = time.monotonic()
+        self.prune(seen, listed)
+
+    def scan_feedback(self) -> None:
+        """Read new feedback portions and correct the model with each one."""
+        assert self.learner is not None
+        directory = self.mdir / "feedback"
+        listed = self.list_portions(directory)
+        seen = self.seen["feedback"]
+        for name in listed:
+            if name in seen:
+                continue
+            seen.add(name)
+            table = self.read_portion(directory / name)
+            if table is None:
+                continue
+            self.stats["feedback_portions"] += 1
+            try:
+                if not self.learner.fitted:
+                    self.learner.add_feedback(table)
+                    continue
+                result = self.learner.correct(table)
+            except (ValueError, pa.ArrowException, KeyError, TypeError) as exc:
+                self.warn("schema", "feedback portion %s does not fit: %s", name, exc)
+                continue
+            if result.get("corrected"):
+                self.stats["corrections"] += 1
+                self.last_correction = result
+                self.policy_dirty = self.learner.knob_aware
+                self.log.debug("corrected on %d feedback rows: |error| recorded %.4g, "
+                               "model %.4g -> %.4g", result["rows"], result["recorded_mae"],
+                               result["mae_before"], result["mae_after"])
+        self.prune(seen, listed)
+
+    # ---- learning and steering ---------------------------------------------
+    def maybe_fit(self, now: float) -> None:
+        learner = self.learner
+        assert learner is not None
+        if learner.rows_since_fit < FIT_MIN_ROWS or now - self.t_fit < FIT_MIN_SECONDS:
+            return
+        self.t_fit = now
+        stats = learner.fit()
+        if not stats.get("fitted"):
+            return
+        self.stats["fits"] += 1
+        self.last_fit = stats
+        self.log.debug("fit: %s", stats)
+        if learner.knob_aware:
+            self.policy_dirty = True
+
+    def upload_policy(self, now: float) -> None:
+        learner = self.learner
+        assert learner is not None
+        self.t_policy = now
+        text = learner.policy_text()
+        try:
+            with open(self.mdir / "policy", "w", encoding="ascii") as f:
+                f.write(text)
+        except OSError as exc:
+            self.check_gone(exc)
+            self.stats["policy_rejected"] += 1
+            self.warn("policy", "policy of %d bytes refused: %s (%s)", len(text),
+                      os.strerror(exc.errno or 0), self.last_error())
+            return
+        self.policy_dirty = False
+        self.policy_live = True
+        self.stats["policies"] += 1
+        self.log.debug("policy uploaded (%d trees, %d bytes)", learner.booster.num_trees(),
+                       len(text))
+
+    def recommend(self, knobs: dict[str, Any], expect: float, ttl: int) -> bool:
+        parts = [f"{k}={v}" for k, v in knobs.items()]
+        if math.isfinite(expect):
+            parts.append(f"expect={expect:.6g}")
+        parts.append(f"ttl={ttl}")
+        line = " ".join(parts) + "\n"
+        try:
+            self.write_attr(self.mdir / "recommend", line)
+        except OSError as exc:
+            self.check_gone(exc)
+            self.stats["rejected"] += 1
+            reason = self.last_error()
+            if exc.errno == errno.EINVAL and "not started" in reason:
+                self.start_pending = True
+            self.warn(f"recommend-{exc.errno}", "recommendation %r refused: %s (%s)",
+                      line.strip(), os.strerror(exc.errno or 0), reason)
+            return False
+        self.stats["recommendations"] += 1
+        return True
+
+    def exploration_rate(self) -> float:
+        """Share of learning-mode ML ticks spent exploring once a policy runs.
+
+        High while few non-default settings are known, down to 20%: the policy
+        must also show the efficiency that promotes the model out of learning.
+        """
+        learner = self.learner
+        assert learner is not None
+        return float(np.clip(200.0 / (200.0 + learner.explored_rows), 0.2, 1.0))
+
+    def steer(self, now: float) -> None:
+        """Per-mode recommendations: exploration in learning, a fallback elsewhere."""
+        learner = self.learner
+        assert learner is not None
+        if now < self.t_next_rec or self.start_pending:
+            return
+        if self.mode == "emergency":
+            # the default runs; but an emergency entered because this trainer was
+            # silent (it was away) ends with its next valid input, so offer one
+            # now and then when there is no policy to upload instead
+            self.t_next_rec = now + EMERGENCY_RETRY_SECONDS
+            if not (learner.fitted and learner.knob_aware):
+                knobs = learner.explore(learner.latest_features, self.rng)
+                self.recommend(knobs, learner.predict(learner.latest_features, knobs),
+                               LEARNING_TTL)
+            return
+        learning = self.mode == "learning"
+        ttl = LEARNING_TTL if learning else FALLBACK_TTL
+        self.t_next_rec = now + ttl * self.tick_seconds
+        latest = learner.latest_features
+        if learning:
+            if self.policy_live and self.rng.random() >= self.exploration_rate():
+                return  # the policy decides this tick, with the freshest features
+            knobs = learner.explore(latest, self.rng)
+            if self.recommend(knobs, learner.predict(latest, knobs), ttl):
+                self.stats["explorations"] += 1
+        elif not self.policy_live and learner.fitted:
+            knobs, expect = learner.recommend(latest)
+            self.recommend(knobs, expect, ttl)
+
+    def read_mode(self) -> None:
+        try:
+            mode = self.read_attr(self.mdir / "mode")
+        except OSError as exc:
+            self.check_gone(exc)
+            return
+        if mode and mode != self.mode:
+            if self.mode != "unknown":
+                self.log.info("mode %s -> %s", self.mode, mode)
+            self.mode = mode
+        self.t_mode = time.monotonic()
+
+    def progress(self, now: float) -> None:
+        self.t_progress = now
+        try:
+            text = self.read_attr(self.mdir / "efficiency")
+            self.efficiency = float(text)
+        except OSError as exc:
+            self.check_gone(exc)
+        except ValueError:
+            self.efficiency = math.nan
+        learner = self.learner
+        assert learner is not None
+        fit = self.last_fit
+        corr = self.last_correction
+        corr_text = ""
+        if corr:
+            corr_text = (f" |error| {corr.get('recorded_mae', math.nan):.4g}"
+                         f" -> {corr.get('mae_after', math.nan):.4g}")
+        self.log.info(
+            "tick %s rows %d mae %.4g (naive %.4g) efficiency %.3f mode %s%s",
+            learner.max_tick if learner.max_tick is not None else "-", learner.rows,
+            fit.get("val_mae", math.nan), fit.get("val_mae_naive", math.nan), self.efficiency,
+            self.mode, corr_text)
+
+    def housekeeping(self) -> None:
+        now = time.monotonic()
+        if self.start_pending and now - self.t_start_try >= START_RETRY_SECONDS:
+            if not self.mdir.is_dir():
+                self.ensure_proxy()
+            else:
+                self.try_start()
+        if now - self.t_mode >= 2.0:
+            self.read_mode()
+        if now - self.t_rescan >= RESCAN_SECONDS:
+            self.t_rescan = now
+            if not self.mdir.is_dir():
+                self.log.warning("model proxy %s was destroyed; re-creating it", self.mdir)
+                self.ensure_proxy()
+            self.scan_dataset()
+            self.scan_feedback()
+        if (self.prepare_seconds > 0 and self.mode == "learning" and not self.start_pending
+                and now - self.t_last_portion >= self.prepare_seconds
+                and now - self.t_prepare >= self.prepare_seconds):
+            # learning needs fresh rows sooner than the store seals them on its own
+            self.t_prepare = now
+            try:
+                self.write_attr(self.mdir / "control", "prepare_dataset\n")
+            except OSError as exc:
+                self.check_gone(exc)
+                self.warn("prepare", "prepare_dataset refused: %s", os.strerror(exc.errno or 0))
+        self.maybe_fit(now)
+        learner = self.learner
+        assert learner is not None
+        if learner.fitted and learner.knob_aware:
+            due = self.policy_dirty or now - self.t_policy >= POLICY_KEEPALIVE_SECONDS
+            wait = EMERGENCY_RETRY_SECONDS if self.mode == "emergency" else POLICY_MIN_SECONDS
+            if due and now - self.t_policy >= wait:
+                self.upload_policy(now)
+        self.steer(now)
+        if now - self.t_progress >= PROGRESS_SECONDS:
+            self.progress(now)
+
+    def next_timeout(self) -> float:
+        now = time.monotonic()
+        return float(np.clip(self.t_next_rec - now, 0.01, POLL_SECONDS))
+
+    # ---- the loop -----------------------------------------------------------
+    def run(self, max_seconds: float | None) -> dict[str, Any]:
+        deadline = None if not max_seconds else time.monotonic() + max_seconds
+        while not self.stop.is_set():
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            if not self.connected:
+                if not self.try_connect():
+                    self.stop.wait(1.0)
+                continue
+            try:
+                self.handle(self.wait_events(self.next_timeout()))
+                self.housekeeping()
+            except _MountGone as exc:
+                self.disconnect(str(exc))
+            except OSError as exc:
+                try:
+                    self.check_gone(exc)
+                    self.warn(f"os-{exc.errno}", "%s (continuing)", exc)
+                except _MountGone as gone:
+                    self.disconnect(str(gone))
+                except OSError as again:
+                    self.disconnect(str(again))
+            except Exception:  # a bug or odd data must not end a long-running trainer
+                self.log.exception("unexpected error in the trainer loop; continuing")
+                self.stop.wait(1.0)
+        self.close_events()
+        return self.summary()
+
+    def try_connect(self) -> bool:
+        try:
+            self.connect()
+            return True
+        except _MountGone as exc:
+            self.warn("connect", "waiting for %s: %s", self.sub, exc)
+        except OSError as exc:
+            self.warn("connect", "waiting for %s: %s", self.sub, exc)
+        except ValueError as exc:
+            self.warn("connect", "cannot use %s/info: %s", self.sub, exc)
+        self.close_events()
+        return False
+
+    def summary(self) -> dict[str, Any]:
+        learner = self.learner
+        out = dict(self.stats)
+        out.update(
+            mode=self.mode, state=self.state, efficiency=self.efficiency,
+            rows=learner.rows if learner else 0,
+            ticks=learner.max_tick if learner else None,
+            val_mae=self.last_fit.get("val_mae", math.nan),
+            val_mae_naive=self.last_fit.get("val_mae_naive", math.nan),
+            last_correction=dict(self.last_correction),
+        )
+        return out
+
+
+def run_worker(
+    mountpoint: str,
+    subsystem: str,
+    model: str = "lgbm",
+    *,
+    stop: threading.Event | None = None,
+    max_seconds: float | None = None,
+    log: logging.Logger = logging.getLogger("mlfs.train"),  # noqa: B008
+    prepare_seconds: float = 3.0,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Train `model` on MOUNTPOINT/SUBSYSTEM until `stop` is set or `max_seconds` pass.
+
+    Returns the final statistics (fits, corrections, uploads, recommendations,
+    the last validation MAE, efficiency and mode).  `prepare_seconds`: in
+    learning mode, ask the proxy to seal the dataset when no portion arrived
+    for that long (0: never), so the first models need not wait for the
+    store's own sealing interval.  Never raises on OSError from the mount.
+    """
+    if not MODEL_NAME.fullmatch(model):
+        raise ValueError(f"model name {model!r} is not [a-z0-9][a-z0-9._-]{{0,63}}")
+    worker = _Worker(mountpoint, subsystem, model, stop or threading.Event(), log,
+                     prepare_seconds, seed)
+    stats = worker.run(max_seconds)
+    log.info("trainer done: %d fits, %d corrections, %d policies, %d recommendations, "
+             "efficiency %.3f, mode %s", stats["fits"], stats["corrections"],
+             stats["policies"], stats["recommendations"], stats["efficiency"], stats["mode"])
+    return stats
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The `mlfs train` command line; SIGINT/SIGTERM end it cleanly (exit 0)."""
+    parser = argparse.ArgumentParser(
+        prog="mlfs train",
+        description="LightGBM trainer worker: creates and starts MOUNT/SUBSYSTEM/models/MODEL, "
+                    "trains on the dataset, uploads a policy, corrects it from feedback.")
+    parser.add_argument("mountpoint")
+    parser.add_argument("subsystem")
+    parser.add_argument("--model", default="lgbm")
+    parser.add_argument("--max-seconds", type=float, default=0.0,
+                        help="stop after this many seconds (0: run until interrupted)")
+    parser.add_argument("--prepare-seconds", type=float, default=3.0,
+                        help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("-v", "--verbose", action="store_true")
+    args = parser.parse_args(argv)
+    if not MODEL_NAME.fullmatch(args.model):
+        parser.error(f"--model {args.model!r}: use [a-z0-9][a-z0-9._-]{{0,63}}")
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                            format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    stop = threading.Event()
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, lambda *_: stop.set())
+    try:
+        run_worker(args.mountpoint, args.subsystem, args.model, stop=stop,
+                   max_seconds=args.max_seconds or None, prepare_seconds=args.prepare_seconds,
+                   seed=args.seed)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
