@@ -31,7 +31,7 @@ class ModeConfig:
     recommendation_confidence: float = 2.0
     demote_below: float = 0.97
     demote_confidence: float = 2.0
-    collapse_below: float = 0.5
+    collapse_below: float = 0.3
     emergency_cooldown_ticks: int = 200
     silence_seconds: float = 60.0
 

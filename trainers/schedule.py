@@ -1,51 +1,104 @@
-"""When a trainer explores, recommends, or leaves control to its policy.
+"""What a trainer writes to `recommend`, and when it leaves control to its policy.
 
-Shared by the mount worker and the virtual-time benchmark, so both follow one
-strategy.  The proxy applies the newest trainer input: a recommendation sent
-after the policy overrides it for its `ttl`.  So exploration is sent as short
-recommendations only while the model still needs data (learning mode, and a
-small share later), and otherwise the uploaded policy decides each ML tick
-in-process.  Exploring too much would drag the measured efficiency below the
-default's and hold the model in learning.
+Shared by the mount worker (`trainers.worker`) and the virtual-time benchmark
+(`tests/bench/learning.py`), so the benchmark measures the strategy users run.
+
+The proxy applies the newest trainer input: a recommendation sent after the
+policy overrides it for its `ttl`.  So:
+
+* learning — explore: send a setting worth trying (`KnobLearner.explore`,
+  never the default) with `ttl` ≈ one ML tick at the learning share.  Once a
+  knob-aware policy runs, only a decaying share of ticks explores (down to
+  20 %): the policy must also earn the efficiency that promotes the model;
+* collaboration / recommendation — the policy decides each ML tick in-process;
+  only when no policy is live does the trainer send its best setting;
+* emergency — the default runs; an emergency caused by this trainer's silence
+  ends at its next valid input, so without a policy to upload it offers an
+  exploration now and then.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from dataclasses import dataclass
 
 import numpy as np
 
-from .learner import KnobLearner
+from .learner import KnobLearner, candidate_values
+
+LEARNING_TTL = 10  # ticks: one ML tick at the default 10 % learning share
+FALLBACK_TTL = 3
+
+
+@dataclass(frozen=True)
+class Steer:
+    """One recommendation to write."""
+
+    knobs: dict
+    expect: float
+    ttl: int
+    exploring: bool
+
+    def line(self) -> str:
+        parts = [f"{k}={v}" for k, v in self.knobs.items()]
+        if math.isfinite(self.expect):
+            parts.append(f"expect={self.expect:.6g}")
+        parts.append(f"ttl={self.ttl}")
+        return " ".join(parts) + "\n"
 
 
 class TrainerSchedule:
-    """Decide, before each tick (or on each event), what to write to `recommend`."""
-
-    #: an exploration should cover about one ML tick: ttl ~ 1 / the mode's ML share
-    TTL = {"learning": 10, "collaboration": 2, "recommendation": 1}
-
-    def __init__(self, learner: KnobLearner, seed: int = 0, warmup_explorations: int = 60,
-                 explore_share: dict[str, float] | None = None) -> None:
+    def __init__(self, learner: KnobLearner, seed: int = 0) -> None:
         self.learner = learner
         self.rng = np.random.default_rng(seed)
-        self.warmup = warmup_explorations
-        self.share = explore_share or {"learning": 0.3, "collaboration": 0.05,
-                                       "recommendation": 0.02, "emergency": 0.0}
-        self.explorations = 0
 
-    def next_recommendation(self, mode: str, features: Mapping | None, *,
-                            pending: bool) -> str | None:
-        """A `recommend` line to write now, or None (leave it to the policy)."""
-        if pending or mode == "emergency":
-            return None
-        if self.explorations < self.warmup or not self.learner.fitted:
-            return self._explore(features, mode)
-        if self.rng.random() < self.share.get(mode, 0.0):
-            return self._explore(features, mode)
+    def exploration_rate(self) -> float:
+        """Share of learning-mode ML ticks spent exploring once a policy runs."""
+        return float(np.clip(200.0 / (200.0 + self.learner.explored_rows), 0.2, 1.0))
+
+    @staticmethod
+    def ttl(mode: str) -> int:
+        return LEARNING_TTL if mode in ("learning", "emergency") else FALLBACK_TTL
+
+    def decide(self, mode: str, *, policy_live: bool) -> Steer | None:
+        """The recommendation to send now, or None (the policy or the default decides)."""
+        learner = self.learner
+        latest = learner.latest_features
+        if mode == "emergency":
+            if learner.fitted and learner.knob_aware:
+                return None  # re-uploading the policy is the trainer's sign of life
+            return self._explore(latest)
+        if mode == "learning":
+            if policy_live and self.rng.random() >= self.exploration_rate():
+                return None
+            return self._explore(latest)
+        if not policy_live and learner.fitted:
+            knobs, expect = learner.recommend(latest)
+            return Steer(knobs, expect, FALLBACK_TTL, exploring=False)
         return None
 
-    def _explore(self, features: Mapping | None, mode: str) -> str:
-        self.explorations += 1
-        knobs = self.learner.explore(features, self.rng)
-        pairs = " ".join(f"{k}={v}" for k, v in knobs.items())
-        return f"{pairs} ttl={self.TTL.get(mode, 1)}"
+    def _explore(self, latest) -> Steer:
+        learner = self.learner
+        if learner.knob_aware:
+            knobs = learner.explore(latest, self.rng)
+            return Steer(knobs, learner.predict(latest, knobs), LEARNING_TTL, exploring=True)
+        return Steer(self._near_default(), math.nan, LEARNING_TTL, exploring=True)
+
+    def _near_default(self) -> dict:
+        """Before the model knows anything about the knobs, explore a trust region.
+
+        Uniform over the whole range would try settings 20x worse than the
+        default (readahead 0 on a sequential scan) and collapse the measured
+        efficiency before anything was learnt; values within a factor of a few
+        of the default are informative and rarely disastrous.
+        """
+        knobs = {}
+        for name, spec in self.learner.knob_specs.items():
+            values = candidate_values(spec)
+            if spec.get("type") != "choice":
+                default = int(spec["default"])
+                lo, hi = (default / 4, default * 8) if default > 0 else (0, 64)
+                near = [v for v in values if lo <= int(v) <= hi and v != default]
+                values = near or values
+            knobs[name] = values[int(self.rng.integers(len(values)))]
+        return knobs

@@ -38,6 +38,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from trainers.learner import KnobLearner
+from trainers.schedule import Steer, TrainerSchedule
 
 __all__ = ["run_worker", "main"]
 
@@ -55,8 +56,6 @@ RESCAN_SECONDS = 5.0  # safety net for missed events
 START_RETRY_SECONDS = 2.0
 POLL_SECONDS = 0.5
 EMERGENCY_RETRY_SECONDS = 10.0
-LEARNING_TTL = 10  # ticks: one ML tick at the default 10% learning share
-FALLBACK_TTL = 3
 
 
 class _MountGone(Exception):
@@ -78,8 +77,9 @@ class _Worker:
         self.stop = stop
         self.log = log
         self.prepare_seconds = prepare_seconds
-        self.rng = np.random.default_rng(seed)
+        self.seed = seed
         self.learner: KnobLearner | None = None
+        self.schedule: TrainerSchedule | None = None
         self.info: dict[str, Any] = {}
         self.info_key = ""
         self.tick_seconds = 0.05
@@ -210,7 +210,8 @@ class _Worker:
             knobs = []
         knobs = [k for k in knobs if k in self.info.get("knobs", {})] or None
         if self.learner is None or (knobs and knobs != self.learner.knobs):
-            self.learner = KnobLearner(self.info, knobs)
+            self.learner = KnobLearner(self.info, knobs, seed=self.seed)
+            self.schedule = TrainerSchedule(self.learner, seed=self.seed)
             self.seen = {"dataset": set(), "feedback": set()}
         if fresh:
             # a new proxy (new daemon, or re-created after rmdir) may number its
@@ -484,12 +485,8 @@ class _Worker:
         self.log.debug("policy uploaded (%d trees, %d bytes)", learner.booster.num_trees(),
                        len(text))
 
-    def recommend(self, knobs: dict[str, Any], expect: float, ttl: int) -> bool:
-        parts = [f"{k}={v}" for k, v in knobs.items()]
-        if math.isfinite(expect):
-            parts.append(f"expect={expect:.6g}")
-        parts.append(f"ttl={ttl}")
-        line = " ".join(parts) + "\n"
+    def recommend(self, steer: Steer) -> bool:
+        line = steer.line()
         try:
             self.write_attr(self.mdir / "recommend", line)
         except OSError as exc:
@@ -502,47 +499,21 @@ class _Worker:
                       line.strip(), os.strerror(exc.errno or 0), reason)
             return False
         self.stats["recommendations"] += 1
+        if steer.exploring:
+            self.stats["explorations"] += 1
         return True
 
-    def exploration_rate(self) -> float:
-        """Share of learning-mode ML ticks spent exploring once a policy runs.
-
-        High while few non-default settings are known, down to 20%: the policy
-        must also show the efficiency that promotes the model out of learning.
-        """
-        learner = self.learner
-        assert learner is not None
-        return float(np.clip(200.0 / (200.0 + learner.explored_rows), 0.2, 1.0))
-
     def steer(self, now: float) -> None:
-        """Per-mode recommendations: exploration in learning, a fallback elsewhere."""
-        learner = self.learner
-        assert learner is not None
+        """Ask the schedule what to send; pace it by the recommendation's ttl."""
         if now < self.t_next_rec or self.start_pending:
             return
+        decision = self.schedule.decide(self.mode, policy_live=self.policy_live)
         if self.mode == "emergency":
-            # the default runs; but an emergency entered because this trainer was
-            # silent (it was away) ends with its next valid input, so offer one
-            # now and then when there is no policy to upload instead
             self.t_next_rec = now + EMERGENCY_RETRY_SECONDS
-            if not (learner.fitted and learner.knob_aware):
-                knobs = learner.explore(learner.latest_features, self.rng)
-                self.recommend(knobs, learner.predict(learner.latest_features, knobs),
-                               LEARNING_TTL)
-            return
-        learning = self.mode == "learning"
-        ttl = LEARNING_TTL if learning else FALLBACK_TTL
-        self.t_next_rec = now + ttl * self.tick_seconds
-        latest = learner.latest_features
-        if learning:
-            if self.policy_live and self.rng.random() >= self.exploration_rate():
-                return  # the policy decides this tick, with the freshest features
-            knobs = learner.explore(latest, self.rng)
-            if self.recommend(knobs, learner.predict(latest, knobs), ttl):
-                self.stats["explorations"] += 1
-        elif not self.policy_live and learner.fitted:
-            knobs, expect = learner.recommend(latest)
-            self.recommend(knobs, expect, ttl)
+        else:
+            self.t_next_rec = now + TrainerSchedule.ttl(self.mode) * self.tick_seconds
+        if decision is not None:
+            self.recommend(decision)
 
     def read_mode(self) -> None:
         try:

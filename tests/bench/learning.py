@@ -38,15 +38,16 @@ def run_seed(seed: int, ticks: int, fit_every: int = 200) -> dict:
         proxy.start()
         learner = KnobLearner(runtime.info(), seed=seed)
         schedule = TrainerSchedule(learner, seed=seed)
+        policy_live = False
         first_recommendation = None
         within_95 = None
         started = time.perf_counter()
         modes = []
         for t in range(ticks):
-            line = schedule.next_recommendation(proxy.mode, runtime.last_features,
-                                                pending=proxy.current is not None)
-            if line:
-                proxy.recommend(line.encode())
+            if proxy.current is None:  # the last one expired: as the worker's ttl pacing
+                steer = schedule.decide(proxy.mode, policy_live=policy_live)
+                if steer is not None:
+                    proxy.recommend(steer.line().encode())
             runtime.tick()
             modes.append(proxy.mode)
             if proxy.mode == "recommendation" and first_recommendation is None:
@@ -60,6 +61,7 @@ def run_seed(seed: int, ticks: int, fit_every: int = 200) -> dict:
                     learner.correct(pq.read_table(feedback.path))
                 if learner.fit().get("fitted") and learner.knob_aware:
                     proxy.set_policy(learner.policy_text().encode())
+                    policy_live = True
         seconds = time.perf_counter() - started
         transitions = [(why, mode) for _, mode, why in proxy.mode_history]
         runtime.dataset.seal_now()
