@@ -45,6 +45,33 @@ def find_daemon(mountpoint: Path) -> int | None:
     return None
 
 
+#: the mount's bdi read-ahead: the kernel asks the daemon for up to this much per request
+READ_AHEAD_KB = 1024
+
+
+def raise_read_ahead(mountpoint: Path, kb: int = READ_AHEAD_KB) -> int | None:
+    """Raise the mount's bdi `read_ahead_kb` so a sequential read costs fewer requests.
+
+    A FUSE mount starts at 128 KiB: a cold portion read is then one round trip
+    through the single-threaded daemon per 128 KiB.  At 1024 KiB the kernel
+    sends 1 MiB requests (the libfuse maximum), which roughly doubled a first
+    read (FUSE-NOTES; `mlfs bench`).  Called by the *parent* `mlfs mount` once
+    the daemon answers: the daemon must never do this itself (touching its own
+    mount deadlocks).  Best effort: without root the write fails and the
+    kernel default stays.  Returns the value in effect, None when unknown.
+    """
+    try:
+        dev = os.stat(mountpoint).st_dev
+        path = Path(f"/sys/class/bdi/{os.major(dev)}:{os.minor(dev)}/read_ahead_kb")
+        current = int(path.read_text())
+        if current < kb:
+            path.write_text(f"{kb}\n")
+            current = int(path.read_text())
+        return current
+    except (OSError, ValueError):
+        return None
+
+
 def cmd_mount(args: argparse.Namespace) -> int:
     from .config import load_config
 
@@ -81,6 +108,7 @@ def cmd_mount(args: argparse.Namespace) -> int:
     with os.fdopen(read_end, "rb") as ready:
         answer = ready.read(3)
     if answer == b"ok\n":
+        raise_read_ahead(mountpoint)
         print(f"mlfs: {mountpoint} mounted (pid {child.pid}, state {state_dir})")
         return 0
     child.wait(timeout=10)
@@ -147,29 +175,21 @@ def collect_status(mountpoint: Path) -> dict:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    mountpoint = Path(args.mountpoint)
-    try:
-        status = collect_status(mountpoint)
-    except OSError as exc:
-        print(f"mlfs: {mountpoint}: {exc.strerror}", file=sys.stderr)
-        return 1
-    if args.json:
-        print(json.dumps(status, indent=2))
-        return 0
-    print(f"{status['version']} at {mountpoint}")
-    for name, sub in status["subsystems"].items():
-        knobs = " ".join(f"{k}={v}" for k, v in sub["knobs"].items())
-        print(f"\n{name} ({sub['backend']})  objective {sub['objective']}  {knobs}  "
-              f"portions {sub['portions']}")
-        if not sub["models"]:
-            print("  no models (mkdir models/<name> to create one)")
-            continue
-        print(f"  {'model':<16} {'state':<12} {'mode':<15} {'switching':<10} "
-              f"{'efficiency':>10}  knobs")
-        for model, m in sub["models"].items():
-            print(f"  {model:<16} {m['state']:<12} {m['mode']:<15} {m['mode_switching']:<10} "
-                  f"{m['efficiency']:>10}  {m['knobs']}")
-    return 0
+    from .status_view import main as status_main
+
+    mountpoint, watch = args.mountpoint, args.watch
+    if watch is not None:
+        try:
+            watch = float(watch)
+        except ValueError:  # `mlfs status --watch /mnt/mlfs`: the mountpoint, not SECONDS
+            if mountpoint is not None:
+                print(f"mlfs status: --watch takes seconds, not {watch!r}", file=sys.stderr)
+                return 2
+            mountpoint, watch = watch, 2.0
+    if mountpoint is None:
+        print("usage: mlfs status [--json] [--watch [SECONDS]] MOUNTPOINT", file=sys.stderr)
+        return 2
+    return status_main(Path(mountpoint), as_json=args.json, watch_seconds=watch)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -209,9 +229,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=60.0)
     p.set_defaults(func=cmd_umount)
     p = sub.add_parser("status", help="subsystems, models, modes, efficiency")
-    p.add_argument("mountpoint")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("mountpoint", nargs="?")  # optional only so `--watch MOUNTPOINT` works
+    p.add_argument("--json", action="store_true",
+                   help="machine-readable (with --watch: one JSON line per refresh)")
+    p.add_argument("--watch", nargs="?", const="2", metavar="SECONDS",
+                   help="redraw every SECONDS (default 2) until Ctrl-C")
     p.set_defaults(func=cmd_status)
+    def _report(args: argparse.Namespace) -> int:  # imported when asked (it loads pyarrow)
+        from .report import main as report_main
+
+        return report_main(args)
+
+    p = sub.add_parser("report", help="an HTML report (inline SVG) of a subsystem's run")
+    p.add_argument("mountpoint")
+    p.add_argument("subsystem")
+    p.add_argument("--model", help="the model whose modes and efficiency to show "
+                   "(default: the one that controlled most ticks)")
+    p.add_argument("--out", help="the HTML file (default: mlfs-report-SUBSYSTEM-MODEL.html)")
+    p.add_argument("--all", action="store_true",
+                   help="every dataset row (default: from 500 rows before the model's first)")
+    p.add_argument("--last", type=int, default=0, metavar="ROWS",
+                   help="only the newest ROWS of those rows")
+    p.add_argument("--max-points", type=int, default=5000,
+                   help="plot at most this many objective points (every k-th row beyond)")
+    p.add_argument("--png", action="store_true",
+                   help="also write FILE.png with matplotlib, when it is installed")
+    p.set_defaults(func=_report)
     p = sub.add_parser("train", help="run a LightGBM trainer worker against a subsystem")
     p.add_argument("mountpoint")
     p.add_argument("subsystem")

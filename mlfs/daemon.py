@@ -25,6 +25,7 @@ from .config import Config
 from .core import metrics
 from .core.exchange import Exchange
 from .fs.operations import Operations
+from .http import serve_metrics
 
 log = logging.getLogger("mlfs.daemon")
 
@@ -112,6 +113,9 @@ async def _serve(exchange: Exchange, ops: Operations, config: Config,
                  ready_fd: int | None) -> None:
     async with trio.open_nursery() as nursery:
         await nursery.start(exchange.run)
+        if config.mount.metrics_port:  # listening before `mlfs mount` returns
+            await nursery.start(serve_metrics, lambda: metrics.render(exchange),
+                                config.mount.metrics_address, config.mount.metrics_port)
         nursery.start_soon(_on_signals, exchange, ops)
         nursery.start_soon(_announce_ready, ready_fd)
         await pyfuse3.main(min_tasks=8, max_tasks=config.mount.max_tasks)

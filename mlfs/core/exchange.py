@@ -288,17 +288,22 @@ class Exchange:
         self.errors[(subsystem, file)] += 1
 
     # ---- sealing --------------------------------------------------------------
-    def _store_owner(self, store: PortionStore) -> tuple[SubsystemRuntime, ModelProxy | None]:
+    def _store_owner(self, store: PortionStore
+                     ) -> tuple[SubsystemRuntime, ModelProxy | None] | None:
+        """Who owns a store now (None: its model was removed meanwhile)."""
         for runtime in self.runtimes.values():
             if store is runtime.dataset:
                 return runtime, None
             for proxy in runtime.models.values():
                 if store is proxy.journal or store is proxy.feedback:
                     return runtime, proxy
-        raise KeyError("store not owned")
+        return None
 
     def _announce(self, store: PortionStore, portion: Portion) -> None:
-        runtime, proxy = self._store_owner(store)
+        owner = self._store_owner(store)
+        if owner is None:  # rmdir raced with the seal: nothing left to announce
+            return
+        runtime, proxy = owner
         if proxy is None:
             path = f"{runtime.name}/dataset/{portion.name}"
             self.bus.publish(runtime.name, "portion", path=path, rows=portion.rows)
@@ -315,6 +320,8 @@ class Exchange:
         try:
             portion = await trio.to_thread.run_sync(store.write_batch, batch)
         except Exception:
+            if self._store_owner(store) is None:
+                return None  # its model was removed (rmdir) while it was written
             log.exception("sealing %s failed; rows stay in the write-ahead file",
                           store.directory)
             store.abort(batch)

@@ -103,6 +103,12 @@ def render(exchange: Exchange) -> str:
                      proxy.default_ticks, **labels)
             w.metric("mlfs_model_feedback_rows_total", "counter", "Feedback rows written.",
                      proxy.feedback.rows_total, **labels)
+            w.metric("mlfs_model_feedback_abs_error_sum", "counter",
+                     "Sum of |observed - expected| over feedback rows with an expectation.",
+                     round(proxy.errors_abs_sum, 6), **labels)
+            w.metric("mlfs_model_feedback_expected_total", "counter",
+                     "Feedback rows with an expectation (divide the sum by it for the MAE).",
+                     proxy.errors_count, **labels)
             policy = proxy.policy
             w.metric("mlfs_model_policy_loaded", "gauge", "1 when a policy is loaded.",
                      1 if policy else 0, **labels)

@@ -132,6 +132,8 @@ class ModelProxy:
         self.counts: collections.Counter[str] = collections.Counter()
         self.ml_ticks = 0
         self.default_ticks = 0
+        self.errors_abs_sum = 0.0  # feedback |observed - expected|, for metrics
+        self.errors_count = 0
         self.mode_history: collections.deque[tuple[str, str, str]] = collections.deque(maxlen=50)
         self._journal_seq = (self.journal.last_key or 0)
         self._load()
@@ -463,6 +465,9 @@ class ModelProxy:
     def _write_feedback(self, pairs: list) -> None:
         for pair in pairs:
             row = pair.payload
+            if row["error"] is not None:
+                self.errors_abs_sum += abs(row["error"])
+                self.errors_count += 1
             row["baseline"] = pair.baseline if math.isfinite(pair.baseline) else None
             row["efficiency"] = pair.ratio if math.isfinite(pair.ratio) else None
             self.feedback.append(row)
