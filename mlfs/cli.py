@@ -273,5 +273,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser()
+    commands = parser._subparsers._group_actions[0].choices  # noqa: SLF001
+    if argv and argv[0] not in commands and not argv[0].startswith("-") and "-o" in argv:
+        # mount.fuse3 runs `mlfs none DIR -o OPTS` for fstab's `mlfs#none` form
+        from .mount_helper import main as helper_main
+
+        return helper_main(argv)
+    args = parser.parse_args(argv)
     return args.func(args)
