@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -82,11 +83,15 @@ class Mount:
         return self
 
     def alive(self) -> bool:
+        """The daemon still runs (and the pid was not reused: its cmdline names us)."""
         if self.pid is None:
             return False
         try:
             stat = Path(f"/proc/{self.pid}/stat").read_text()
+            cmdline = Path(f"/proc/{self.pid}/cmdline").read_bytes()
         except OSError:
+            return False
+        if str(self.mountpoint).encode() not in cmdline:
             return False
         return not stat.split(") ")[1].startswith("Z")
 
@@ -94,15 +99,16 @@ class Mount:
         """End the daemon by its pid and wait until it is gone."""
         if self.pid is None:
             return
-        try:
-            os.kill(self.pid, sig)
-        except ProcessLookupError:
-            pass
+        if self.alive():
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
         deadline = time.monotonic() + timeout
         while self.alive() and time.monotonic() < deadline:
             time.sleep(0.02)
         if self.alive():
-            os.kill(self.pid, signal.SIGKILL)
+            os.kill(self.pid, signal.SIGKILL)  # still ours: alive() checked the cmdline
         self.pid = None
         self._clear_mount()
 
@@ -171,3 +177,158 @@ def mount(mount_root):
         yield m
     finally:
         m.kill(signal.SIGTERM)
+
+
+# ---- shared helpers and module-scoped mounts (added for the behaviour suites) ----
+
+#: like FAST_CONFIG, but nothing is sealed unless asked (prepare_dataset) and no
+#: event is sent unless a test causes one: a quiet stream for blocking readers
+QUIET_CONFIG = FAST_CONFIG.replace("seal_seconds = 1.0", "seal_seconds = 3600.0").replace(
+    "feedback_seal_seconds = 1.0", "feedback_seal_seconds = 3600.0").replace(
+    "journal_seal_seconds = 1.0", "journal_seal_seconds = 3600.0")
+
+
+def _module_mount(config: str):
+    reason = fuse_unavailable()
+    if reason:
+        pytest.skip(reason)
+    root = Path(tempfile.mkdtemp(prefix="mlfs-test-", dir="/tmp"))
+    os.chmod(root, 0o755)
+    m = Mount(root, config)
+    m.start()
+    try:
+        yield m
+    finally:
+        if not m.alive():  # it died under the module's tests: say how
+            log = m.state_dir / "mlfs.log"
+            tail = log.read_text(errors="replace")[-4000:] if log.exists() else "(no log)"
+            warnings.warn(f"daemon {m.pid} of {m.mountpoint} died under the module's tests; "
+                          f"log tail:\n{tail}", stacklevel=1)
+            m.pid = None
+        m.kill(signal.SIGTERM)
+        for child in root.iterdir():
+            if os.path.ismount(child):
+                subprocess.run(["fusermount3", "-u", "-z", str(child)], capture_output=True)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def shared_mount():
+    """One FAST_CONFIG mount for a module whose tests each use their own model names."""
+    yield from _module_mount(FAST_CONFIG)
+
+
+@pytest.fixture(scope="module")
+def quiet_mount():
+    """One QUIET_CONFIG mount (sealing only on prepare_dataset) for a module."""
+    yield from _module_mount(QUIET_CONFIG)
+
+
+def write_errno(path: Path | str, data: bytes) -> int:
+    """One open + one write(2) + close, as a trainer does; 0 or the write's errno."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, data)
+        return 0
+    except OSError as exc:
+        return exc.errno
+    finally:
+        os.close(fd)
+
+
+def new_model(sub: Path, name: str, start: bool = True) -> Path:
+    """mkdir models/<name> (and `echo start > control`); returns its directory."""
+    model = sub / "models" / name
+    model.mkdir()
+    if start:
+        assert write_errno(model / "control", b"start\n") == 0
+    return model
+
+
+def read_rows(directory: Path) -> list[dict]:
+    """Every row of every portion in `directory` (a Parquet dataset), in portion order."""
+    import pyarrow.parquet as pq
+
+    rows: list[dict] = []
+    for portion in sorted(directory.glob("*.parquet")):
+        rows += pq.read_table(portion).to_pylist()
+    return rows
+
+
+class Models:
+    """Models a test makes on a shared mount; all removed (rmdir) at teardown."""
+
+    def __init__(self, sub: Path) -> None:
+        self.sub = sub
+        self.made: list[Path] = []
+
+    def __call__(self, name: str, start: bool = True) -> Path:
+        path = new_model(self.sub, name, start)
+        self.made.append(path)
+        return path
+
+    def cleanup(self) -> None:
+        for path in self.made:
+            try:
+                os.rmdir(path)
+            except OSError:
+                pass
+
+
+@pytest.fixture
+def shared_models(shared_mount):
+    made = Models(shared_mount.sub)
+    yield made
+    made.cleanup()
+
+
+class EventStream:
+    """An open `events` file read without blocking the test (O_NONBLOCK + poll)."""
+
+    def __init__(self, path: Path | str) -> None:
+        import select
+
+        self.fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        self._poll = select.poll()
+        self._poll.register(self.fd, select.POLLIN)
+        self._buffer = b""
+        self.seen: list[dict] = []
+        self._unread: list[dict] = []
+
+    def __enter__(self) -> EventStream:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def _read_some(self, timeout: float) -> None:
+        import json
+
+        if not self._poll.poll(max(0, int(timeout * 1000))):
+            return
+        try:
+            self._buffer += os.read(self.fd, 1 << 16)
+        except BlockingIOError:
+            return
+        *whole, self._buffer = self._buffer.split(b"\n")
+        events = [json.loads(line) for line in whole]
+        self.seen += events
+        self._unread += events
+
+    def wait_for(self, predicate, timeout: float = 10.0, what: str = "") -> dict:
+        """The next event for which predicate(event) is true (earlier ones are skipped)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            while self._unread:
+                event = self._unread.pop(0)
+                if predicate(event):
+                    return event
+            if time.monotonic() > deadline:
+                pytest.fail(f"no event {what or predicate} within {timeout:g} s; "
+                            f"last seen: {self.seen[-3:]}")
+            self._read_some(max(0.0, min(0.2, deadline - time.monotonic())))

@@ -319,6 +319,11 @@ class Exchange:
             return None
         try:
             portion = await trio.to_thread.run_sync(store.write_batch, batch)
+            if self._store_owner(store) is None:
+                # its model was removed (rmdir) meanwhile, perhaps re-created under
+                # the same name: the file must not turn up in the new model's dir
+                portion.path.unlink(missing_ok=True)
+                return None
         except Exception:
             if self._store_owner(store) is None:
                 return None  # its model was removed (rmdir) while it was written

@@ -29,7 +29,7 @@ from .efficiency import EfficiencyWindow
 from .errors import Refused, busy, invalid
 from .policy import MAX_POLICY_BYTES, Policy
 from .store import PortionStore
-from .text import escape_input, knob_column, one_word, parse_recommendations
+from .text import decode_text, escape_input, knob_column, one_word, parse_recommendations
 
 if TYPE_CHECKING:
     from .exchange import SubsystemRuntime
@@ -246,8 +246,7 @@ class ModelProxy:
     # ---- knobs and mode attributes ----------------------------------------
     def set_knobs(self, data: bytes) -> None:
         try:
-            text = data.decode("ascii", errors="replace")
-            names = text.split()
+            names = decode_text(data).split()
             if not names:
                 raise invalid("knobs takes one or more knob names")
             for name in names:
@@ -255,8 +254,6 @@ class ModelProxy:
                     raise invalid(f"unknown knob {name!r}")
             if len(set(names)) != len(names):
                 raise invalid("a knob is named twice")
-            if len(data) > 4096:
-                raise invalid("write over 4096 bytes")
             if self.active:
                 owner = self.runtime.owner_conflict(self, names)
                 if owner:

@@ -296,3 +296,56 @@ def test_objective_written_by_the_application_replaces_the_measured_one(runtime)
     assert rows[0]["objective"] == 4242.5
     assert rows[1]["objective"] != 4242.5, "an override counts for one tick"
     assert not math.isnan(float(runtime.objective_text()))
+
+
+def test_removing_a_model_while_its_journal_is_being_sealed_does_not_kill_the_exchange(
+        tmp_path):
+    """rmdir while the seal loop writes the model's journal in a worker thread.
+
+    Seen live (about one run in ten of test_attributes): the portion is written,
+    the model is removed before the seal task resumes, `_announce` cannot find
+    the store's owner and raises KeyError out of the seal loop, which ends the
+    daemon: the mount goes away (mkdir: ENOENT or ECONNABORTED).
+    """
+    import threading
+
+    import trio
+
+    exchange = Exchange(parse_config(CONFIG, "test"), tmp_path, [SimReadahead(seed=1)])
+    rt = exchange.runtimes["sim.readahead"]
+    proxy = started_model(rt)
+    proxy.recommend(b"read_ahead_kb=64\n")
+    journal = proxy.journal
+    written, resume = threading.Event(), threading.Event()
+    write_batch = journal.write_batch
+
+    def write_then_wait(batch):
+        portion = write_batch(batch)
+        written.set()  # the portion is on disk; the seal task has not resumed yet
+        resume.wait(10)
+        return portion
+
+    journal.write_batch = write_then_wait
+
+    async def race() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(exchange.seal, journal)
+            while not written.is_set():
+                await trio.sleep(0.001)
+            rt.destroy_model("m")  # the rmdir handler runs first
+            resume.set()
+
+    trio.run(race)  # must not raise
+    assert "m" not in rt.models
+    rt.close()
+
+
+@pytest.mark.parametrize("data", [b"read_ahead_kb\x1c\n", b"read_ahead_kb\x0b",
+                                  b"\x1fread_ahead_kb"])
+def test_knobs_refuses_control_characters_like_every_text_attribute(runtime, data):
+    """`knobs` is "space-separated knob names"; str.split() also splits on \\x0b-\\x1f."""
+    proxy = runtime.create_model("m")
+    with pytest.raises(Refused) as info:
+        proxy.set_knobs(data)
+    assert info.value.errno == errno.EINVAL
+    assert "\\x" in proxy.errors[-1], "the refused input is shown escaped in errors"
