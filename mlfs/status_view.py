@@ -61,7 +61,10 @@ def read_portion(path: Path, columns: list[str] | None = None):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    return pq.read_table(pa.BufferReader(path.read_bytes()), columns=columns)
+    # one thread: a short-lived client must not exit while arrow pool threads start
+    # (seen once under load: "terminate called without an active exception")
+    return pq.read_table(pa.BufferReader(path.read_bytes()), columns=columns,
+                         use_threads=False)
 
 
 def tail_rows(directory: Path, columns: list[str], rows: int,

@@ -58,6 +58,8 @@ class SubsystemRuntime:
         self.directory = exchange.state_dir / subsystem.name
         self.directory.mkdir(parents=True, exist_ok=True)
         self.feature_columns = {column_name(n): t for n, t in subsystem.features.items()}
+        self._column_names = {n: column_name(n) for n in subsystem.features}
+        self._knob_columns = {n: knob_column(n) for n in subsystem.knobs}
         self.dataset = PortionStore(self.directory / "dataset", self.dataset_schema(), "tick",
                                     exchange.config.store.dataset())
         self._tick_path = self.directory / "tick_reserved"
@@ -215,8 +217,10 @@ class SubsystemRuntime:
         row["model"] = lead.name if lead else None
         row["mode"] = lead.mode if lead else "default"
         for name, value in knobs.items():
-            row[knob_column(name)] = value
-        sample_features = {column_name(k): v for k, v in sample.features.items()}
+            row[self._knob_columns[name]] = value
+        names = self._column_names
+        sample_features = {names.get(k) or names.setdefault(k, column_name(k)): v
+                           for k, v in sample.features.items()}
         row.update(sample_features)
         row["objective"] = objective
         self.dataset.append(row)
@@ -411,6 +415,7 @@ class Exchange:
             now = time.monotonic()
             for runtime in list(self.runtimes.values()):
                 for store in runtime.stores():
+                    store.flush_wal()
                     if store.sealing == 0 and store.due(now):
                         await self.seal(store)
             await trio.sleep(0.05)

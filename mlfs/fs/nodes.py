@@ -178,7 +178,7 @@ class ModelDir(Dir):
         add(Attr(tree, "mode_switching", self, read=lambda: proxy.mode_switching + "\n"))
         add(Attr(tree, "knobs", self, read=lambda: " ".join(proxy.controlled) + "\n",
                  write=lambda d: ops.sync(proxy.set_knobs, d)))
-        add(Attr(tree, "recommend", self, write=lambda d: ops.sync(proxy.recommend, d)))
+        add(Attr(tree, "recommend", self, write=lambda d: ops.recommend(proxy, d)))
         add(Attr(tree, "policy", self, read=proxy.policy_text,
                  write=lambda d: ops.policy(proxy, d), buffered=True))
         add(Attr(tree, "efficiency", self, read=proxy.efficiency_text))

@@ -61,6 +61,13 @@ def _guard(handler):
     return wrapper
 
 
+def _fdatasync_and_close(fd: int) -> None:
+    try:
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+
+
 def opener_interrupted(pid: int) -> bool:
     """True when `pid` has exited or has a pending signal it does not block.
 
@@ -182,6 +189,17 @@ class Operations(pyfuse3.Operations):
     # ---- actions called by attribute writers --------------------------------
     async def sync(self, fn, data: bytes) -> None:
         fn(data)
+
+    async def recommend(self, proxy: ModelProxy, data: bytes) -> None:
+        """Accept, then make the journal durable before the write returns.
+
+        The fdatasync runs in a worker thread on a duplicate descriptor, so a
+        slow disk stalls only this writer, not every request of the mount
+        (concurrent writers' syncs overlap: a natural group commit).
+        """
+        proxy.recommend(data)
+        fd = proxy.journal.sync_fd()
+        await trio.to_thread.run_sync(_fdatasync_and_close, fd)
 
     async def control(self, runtime: SubsystemRuntime, data: bytes) -> None:
         try:
