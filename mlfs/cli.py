@@ -283,3 +283,23 @@ def main(argv: list[str] | None = None) -> int:
         return helper_main(argv)
     args = parser.parse_args(argv)
     return args.func(args)
+
+
+def entry() -> None:
+    """The `mlfs` console script: main(), then leave without C++ static teardown.
+
+    pyarrow 26 sometimes aborts a process at exit ("terminate called without
+    an active exception": its I/O thread pool, used by pre-buffered Parquet
+    reads, is destroyed while a thread is still joinable) — seen on this
+    machine in about 1 of 5 short scripts that read a portion, under load.
+    Everything of ours is finished and flushed by then, so end the process
+    directly rather than let a library's destructor turn success into SIGABRT.
+    """
+    import logging
+
+    code = main()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code if isinstance(code, int) else 1)
+

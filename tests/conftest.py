@@ -21,6 +21,30 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config):
+    """Leave without C++ static teardown once pytest has said everything.
+
+    pyarrow 26 sometimes aborts a process at exit ("terminate called without
+    an active exception", its I/O thread pool after pre-buffered Parquet
+    reads); the suite's result is final by now, so end with pytest's status
+    instead of a library's SIGABRT (see mlfs.cli.entry for the same reason).
+    """
+    import logging
+
+    status = getattr(config, "_mlfs_exitstatus", None)
+    if status is None:
+        return
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(int(status))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    session.config._mlfs_exitstatus = exitstatus
+
 FAST_CONFIG = """
 [mount]
 allow_other = true
