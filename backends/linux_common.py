@@ -61,6 +61,7 @@ state directory (for the ledger); a subsystem refuses to start without one.
 
 from __future__ import annotations
 
+import abc
 import errno
 import json
 import logging
@@ -771,13 +772,13 @@ class LinuxSubsystem(Subsystem):
         self._last_time = time.monotonic()
 
     # ---- what a backend provides ---------------------------------------------------
+    @abc.abstractmethod
     def snapshot(self) -> dict | None:
         """Read the counters (None if they cannot be read right now)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def derive(self, before: dict, after: dict, seconds: float) -> dict[str, float]:
         """Features of the window between two snapshots."""
-        raise NotImplementedError
 
     def critical_state(self, features: dict[str, float]) -> str | None:
         return None
