@@ -126,7 +126,9 @@ def block(device: str, state: Path | None, **kwargs) -> LinuxBlock:
 
 # ---- interface and features ------------------------------------------------------------
 def test_vm_declares_the_interface_and_samples_finite_features(tmp_path: Path) -> None:
-    vm = LinuxVM(measure_seconds=0, state_dir=tmp_path)
+    # critical_full_avg10=100 turns the critical check off: a busy CI machine may
+    # really be under IO pressure, which is not what this test is about
+    vm = LinuxVM(measure_seconds=0, critical_full_avg10=100.0, state_dir=tmp_path)
     try:
         assert isinstance(vm, Subsystem) and vm.blocking is True
         assert vm.name == "linux.vm" and vm.backend == "linux.vm"
