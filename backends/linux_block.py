@@ -21,6 +21,15 @@ too before a scheduler write and restores the scheduler first.
 
 Objective: ``read_mb_per_s``, goal ``max`` (readahead and queue depth are
 read-side tunables); any feature can be chosen (``objective``, ``goal``).
+Device MB/s counts wasted readahead as throughput: to tune readahead, let the
+application write its own figure to the subsystem's ``objective`` each tick.
+
+Measured (tests/bench/readahead_win.py): Linux copies ``read_ahead_kb`` into
+a file's readahead state when the file is *opened*, so a change reaches only
+files opened afterwards — an application holding its files open is not tuned
+by this knob at all; and the request-size features depend on the knob itself
+(sequential reads at 128 KiB give ~127 KiB requests), which makes the phase
+harder to tell from device counters alone.
 
 Devices: ``devices = ["sda", "loop7"]`` serves those (whole disks listed in
 /sys/block, else a configuration error); ``devices = "auto"`` (the default)

@@ -43,16 +43,23 @@ def clean_stale_mount(mountpoint: Path) -> None:
 
 
 def is_mounted(mountpoint: Path) -> bool:
+    """True when a FUSE filesystem is mounted right on `mountpoint`.
+
+    Only FUSE mounts count: in a container the mountpoint is often itself a
+    bind mount, which mlfs mounts over as any FUSE filesystem would.
+    """
     target = os.path.realpath(mountpoint)
+    fstype = None
     try:
         with open("/proc/self/mountinfo") as fh:
             for line in fh:
-                parts = line.split()
+                fields, _, rest = line.partition(" - ")
+                parts = fields.split()
                 if len(parts) > 4 and parts[4].encode().decode("unicode_escape") == target:
-                    return True
+                    fstype = rest.split()[0] if rest.split() else ""
     except OSError:
         pass
-    return False
+    return fstype is not None and fstype.startswith("fuse")
 
 
 def _group_id(name: str) -> int:
