@@ -475,6 +475,8 @@ class _Worker:
                 f.write(text)
         except OSError as exc:
             self.check_gone(exc)
+            if _gone(exc):  # the proxy was removed under us and is re-created
+                return
             self.stats["policy_rejected"] += 1
             self.warn("policy", "policy of %d bytes refused: %s (%s)", len(text),
                       os.strerror(exc.errno or 0), self.last_error())
@@ -491,6 +493,8 @@ class _Worker:
             self.write_attr(self.mdir / "recommend", line)
         except OSError as exc:
             self.check_gone(exc)
+            if _gone(exc):  # the proxy was removed under us and is re-created: not a refusal
+                return False
             self.stats["rejected"] += 1
             reason = self.last_error()
             if exc.errno == errno.EINVAL and "not started" in reason:
