@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import collections
 import errno
-import json
 import logging
 import math
 import os
 import shutil
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +26,7 @@ from backends.base import KnobValue, Sample, Subsystem
 from .clock import now_us
 from .errors import Refused, invalid
 from .events import EventBus
-from .proxy import MODES, Decision, ModelProxy
+from .proxy import Decision, ModelProxy
 from .store import Portion, PortionStore
 from .text import MODEL_NAME, column_name, knob_column, one_word, parse_float
 
@@ -274,11 +272,9 @@ class Exchange:
         self._generation = 0
         self.recommendations: collections.Counter[str] = collections.Counter()
         self.errors: collections.Counter[tuple[str, str]] = collections.Counter()
-        self.portion_listeners: list[Callable[[PortionStore, Portion], None]] = []
         self.runtimes: dict[str, SubsystemRuntime] = {}
         for sub in subsystems:
             self.runtimes[sub.name] = SubsystemRuntime(self, sub)
-        self._seal_waiters: dict[int, list[trio.Event]] = collections.defaultdict(list)
         self._stopping = False
 
     def new_generation(self) -> int:
@@ -337,8 +333,6 @@ class Exchange:
             return None
         store.commit(portion)
         self._announce(store, portion)
-        for waiter in self._seal_waiters.pop(id(store), []):
-            waiter.set()
         return portion
 
     async def prepare_dataset(self, runtime: SubsystemRuntime) -> None:
@@ -435,34 +429,3 @@ class Exchange:
                 runtime.close()
             except Exception:
                 log.exception("%s: close failed", runtime.name)
-
-    # ---- views ------------------------------------------------------------------
-    def status(self) -> dict:
-        out = {"subsystems": {}}
-        for runtime in self.runtimes.values():
-            models = {}
-            for proxy in runtime.models.values():
-                stats = proxy.window.stats()
-                models[proxy.name] = {
-                    "state": proxy.state, "mode": proxy.mode,
-                    "mode_switching": proxy.mode_switching,
-                    "efficiency": None if math.isnan(stats.efficiency) else stats.efficiency,
-                    "confidence": None if math.isnan(stats.confidence) else stats.confidence,
-                    "knobs": proxy.controlled, "ml_ticks": proxy.ml_ticks,
-                    "policy": proxy.policy is not None,
-                }
-            out["subsystems"][runtime.name] = {
-                "backend": runtime.subsystem.backend, "tick": runtime.next_tick,
-                "knobs": runtime.knob_values, "objective": runtime.last_objective,
-                "critical": runtime.critical, "portions": len(runtime.dataset.portions),
-                "models": models,
-            }
-        return out
-
-
-def mode_names() -> tuple[str, ...]:
-    return MODES
-
-
-def dumps(obj: dict) -> str:
-    return json.dumps(obj, indent=2, default=str) + "\n"

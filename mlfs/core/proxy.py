@@ -10,7 +10,6 @@ waits for a trainer: a tick with nothing valid to apply runs the default.
 from __future__ import annotations
 
 import collections
-import errno
 import json
 import logging
 import math
@@ -513,6 +512,3 @@ class ModelProxy:
               and -z >= config.demote_confidence):
             self._switch("learning", f"efficiency {eff:.3f} < {config.demote_below} (z={z:.1f})")
 
-
-def refuse_errno(exc: Refused) -> int:
-    return exc.errno or errno.EINVAL
