@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import collections
 import errno
-import os
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import new_model, wait_for
+from tests.conftest import new_model, wait_for, write_errno
 
 FUZZ = settings(max_examples=150, deadline=None, database=None, derandomize=True,
                 suppress_health_check=[HealthCheck.function_scoped_fixture,
@@ -71,15 +70,7 @@ valid_rec_write = st.lists(valid_line, min_size=1, max_size=3).map(
     lambda lines: ("\n".join(lines) + "\n").encode())
 
 
-def write(path, data: bytes) -> int:
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        os.write(fd, data)
-        return 0
-    except OSError as exc:
-        return exc.errno
-    finally:
-        os.close(fd)
+write = write_errno  # one open + one write(2) + close; 0 or the errno
 
 
 def snapshot(model) -> dict[str, str]:
