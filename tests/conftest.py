@@ -15,6 +15,7 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -356,3 +357,24 @@ class EventStream:
                 pytest.fail(f"no event {what or predicate} within {timeout:g} s; "
                             f"last seen: {self.seen[-3:]}")
             self._read_some(max(0.0, min(0.2, deadline - time.monotonic())))
+
+
+@pytest.fixture
+def loop(tmp_path: Path) -> Iterator[str]:
+    """A fresh 64 MiB loop device (its name, e.g. "loop3"), detached afterwards."""
+    if os.geteuid() != 0:
+        pytest.skip("loop devices need root")
+    if shutil.which("losetup") is None:
+        pytest.skip("losetup (util-linux) is missing")
+    image = tmp_path / "disk.img"
+    with open(image, "wb") as fh:
+        fh.truncate(64 << 20)
+    done = subprocess.run(["losetup", "--find", "--show", str(image)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"losetup failed: {done.stderr.strip()}")
+    device = done.stdout.strip()
+    try:
+        yield Path(device).name
+    finally:
+        subprocess.run(["losetup", "-d", device], capture_output=True)

@@ -19,7 +19,6 @@ import gc
 import json
 import math
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -60,27 +59,6 @@ def ledger_entries(state: Path) -> list[dict]:
 
 
 # ---- fixtures ------------------------------------------------------------------------
-@pytest.fixture
-def loop(tmp_path: Path) -> Iterator[str]:
-    """A fresh 64 MiB loop device (its name, e.g. "loop3"), detached afterwards."""
-    if os.geteuid() != 0:
-        pytest.skip("loop devices need root")
-    if shutil.which("losetup") is None:
-        pytest.skip("losetup (util-linux) is missing")
-    image = tmp_path / "disk.img"
-    with open(image, "wb") as fh:
-        fh.truncate(64 << 20)
-    done = subprocess.run(["losetup", "--find", "--show", str(image)],
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.skip(f"losetup failed: {done.stderr.strip()}")
-    device = done.stdout.strip()
-    try:
-        yield Path(device).name
-    finally:
-        subprocess.run(["losetup", "-d", device], capture_output=True)
-
-
 @pytest.fixture
 def queue(loop: str) -> Path:
     return Path("/sys/block") / loop / "queue"

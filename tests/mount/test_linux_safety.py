@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -39,25 +36,6 @@ measure_seconds = 0.05
 """
 
 APPLY = "apply = {read_ahead_kb = [16, 4096]}"
-
-
-@pytest.fixture
-def loop(mount_root: Path) -> Iterator[str]:
-    """A fresh 64 MiB loop device, detached afterwards."""
-    if shutil.which("losetup") is None:
-        pytest.skip("losetup (util-linux) is missing")
-    image = mount_root / "disk.img"
-    with open(image, "wb") as fh:
-        fh.truncate(64 << 20)
-    done = subprocess.run(["losetup", "--find", "--show", str(image)],
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.skip(f"losetup failed: {done.stderr.strip()}")
-    device = done.stdout.strip()
-    try:
-        yield Path(device).name
-    finally:
-        subprocess.run(["losetup", "-d", device], capture_output=True)
 
 
 def read_ahead(device: str) -> str:
