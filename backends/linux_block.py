@@ -9,8 +9,19 @@ knobs were applied; see the kernel's Documentation/block/stat.rst):
 ``write_await_ms`` (time per completed request, ms), ``in_flight`` (requests
 in flight at the end of the window), ``util`` (io_ticks: share of the window
 the device was busy, 0-1) and ``queue_depth`` (time_in_queue / window: mean
-requests in the queue).  Block tracepoints (bpftrace) are not used: the
-counters cover what the knobs act on, without a tracer dependency.
+requests in the queue).
+
+With ``tracepoints = true`` (or ``"auto"``: when the kernel and the machine
+allow it) the device's read requests are also traced (backends/blktrace.py:
+bpftrace on block_rq_issue/block_rq_complete), adding ``trace_reads_per_s``,
+``trace_read_kb``, ``trace_seq_share`` (requests starting where the previous
+read ended), ``trace_near_share`` (within 1 MiB of it), ``trace_readahead_share``
+(REQ_RAHEAD), ``trace_await_us`` and ``trace_slow_share`` (over 1 ms).  These
+tell a sequential stream from random faults whatever read_ahead_kb is, which
+the stat counters cannot.  Off by default: one bpftrace process per device
+costs ~50 MB and a second of start-up.  ``true`` refuses to start without
+tracepoints; ``"auto"`` goes on without them (logged); when bpftrace dies
+later the trace_* features are NaN (missing) and a warning is logged once.
 
 Knobs (in /sys/block/<dev>/queue/): ``read_ahead_kb`` (0-65536),
 ``nr_requests`` (4-2048: BLKDEV_MIN_RQ to MAX_SCHED_RQ; a device may accept
@@ -48,6 +59,7 @@ Configuration::
     objective = "read_mb_per_s"
     goal = "max"
     apply = {read_ahead_kb = [16, 4096], scheduler = ["none", "mq-deadline"]}
+    tracepoints = false            # default; true / "auto": trace_* features
 
 Without ``apply`` the device is observe-only.  See backends/linux_common.py
 for what `apply` permits and the ledger that restores every original value.
@@ -59,6 +71,7 @@ import logging
 from collections.abc import Mapping
 from pathlib import Path
 
+from . import blktrace
 from .linux_common import (
     DEVICE_NAME,
     KnobSpec,
@@ -95,7 +108,7 @@ FEATURES: dict[str, str] = {
 }
 
 _SETTINGS = {"devices", "tick_seconds", "measure_seconds", "objective", "goal", "apply",
-             "state_dir"}
+             "state_dir", "tracepoints"}
 
 
 def specs_for(device: str) -> dict[str, KnobSpec]:
@@ -137,17 +150,21 @@ class LinuxBlock(LinuxSubsystem):
         "reads_per_s": "1/s", "writes_per_s": "1/s", "read_merges_per_s": "1/s",
         "write_merges_per_s": "1/s", "flushes_per_s": "1/s", "read_mb_per_s": "MB/s",
         "write_mb_per_s": "MB/s", "read_req_kb": "KiB", "write_req_kb": "KiB",
-        "read_await_ms": "ms", "write_await_ms": "ms", "util": "1",
+        "read_await_ms": "ms", "write_await_ms": "ms", "util": "1", **blktrace.UNITS,
     }
 
     def __init__(self, device: str, tick_seconds: float = 1.0,
                  measure_seconds: float | None = None, objective: str = "read_mb_per_s",
                  goal: str = "max", apply: Mapping | None = None,
-                 state_dir: str | Path | None = None) -> None:
+                 state_dir: str | Path | None = None,
+                 tracepoints: bool | str = False) -> None:
         if not DEVICE_NAME.fullmatch(device) or not (SYS_BLOCK / device / "stat").exists():
             raise UnavailableError(f"linux.block: {device!r} is not a whole disk in "
                                    f"{SYS_BLOCK}")
+        if not (isinstance(tracepoints, bool) or tracepoints == "auto"):
+            raise ValueError('linux.block: tracepoints must be true, false or "auto"')
         self.device = device
+        self.tracer: blktrace.RequestTracer | None = None
         self.stat_path = SYS_BLOCK / device / "stat"
         name = f"linux.block.{device}"
         specs = specs_for(device)
@@ -155,12 +172,44 @@ class LinuxBlock(LinuxSubsystem):
             choices = {"scheduler": specs["scheduler"].kernel_choices()}
         except OSError as exc:
             raise UnavailableError(f"{name}: cannot read the scheduler list: {exc}") from None
-        rules = parse_apply(apply, specs, name, choices)
-        self._setup(name=name, specs=specs, rules=rules, state_dir=state_dir,
-                    tick_seconds=tick_seconds, measure_seconds=measure_seconds,
-                    objective=objective, goal=goal, features=FEATURES, choices=choices)
+        rules = parse_apply(apply, specs, name, choices)  # configuration errors first
+        self.tracer = self._start_tracer(device, tracepoints)
+        features = dict(FEATURES)
+        if self.tracer is not None:
+            features.update(dict.fromkeys(blktrace.TRACE_FEATURES, "float64"))
+        try:
+            self._setup(name=name, specs=specs, rules=rules, state_dir=state_dir,
+                        tick_seconds=tick_seconds, measure_seconds=measure_seconds,
+                        objective=objective, goal=goal, features=features, choices=choices)
+        except BaseException:
+            self._close_tracer()
+            raise
+        traced = "; read requests traced (block tracepoints)" if self.tracer else ""
         self.description = (f"Linux block device {device} (/sys/block/{device}/queue); "
-                            f"features from /sys/block/{device}/stat; {self.safety}")
+                            f"features from /sys/block/{device}/stat{traced}; {self.safety}")
+
+    @staticmethod
+    def _start_tracer(device: str, tracepoints: bool | str) -> blktrace.RequestTracer | None:
+        if tracepoints is False:
+            return None
+        why = blktrace.tracer_unavailable()
+        tracer = None
+        if why is None:
+            tracer = blktrace.RequestTracer(device)
+            if not tracer.wait_ready():
+                why = tracer.error or "bpftrace did not attach in time"
+                tracer.close()
+                tracer = None
+        if why is None:
+            return tracer
+        if tracepoints is True:
+            raise UnavailableError(f"linux.block.{device}: tracepoints = true, but {why}")
+        log.warning("linux.block.%s: going on without block tracepoints: %s", device, why)
+        return None
+
+    def _close_tracer(self) -> None:
+        if self.tracer is not None:
+            self.tracer.close()
 
     def snapshot(self) -> dict | None:
         try:
@@ -168,7 +217,10 @@ class LinuxBlock(LinuxSubsystem):
         except (OSError, ValueError):
             return None
         values += [0] * (len(_STAT_FIELDS) - len(values))  # older kernels: fewer fields
-        return dict(zip(_STAT_FIELDS, values, strict=False))
+        out: dict = dict(zip(_STAT_FIELDS, values, strict=False))
+        if self.tracer is not None:
+            out["trace"] = self.tracer.totals()
+        return out
 
     def derive(self, before: dict, after: dict, seconds: float) -> dict[str, float]:
         def delta(key: str) -> float:
@@ -194,7 +246,15 @@ class LinuxBlock(LinuxSubsystem):
             "util": min(1.0, delta("io_ticks") / ms),
             "queue_depth": delta("time_in_queue") / ms,
         }
-        return {name: float(out[name]) for name in FEATURES}
+        if self.tracer is not None:
+            out.update(blktrace.derive_trace(before.get("trace"), after.get("trace"), seconds))
+        return {name: float(out[name]) for name in self.features}
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._close_tracer()
 
 
 def current_scheduler(device: str) -> str:

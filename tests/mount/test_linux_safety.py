@@ -113,3 +113,58 @@ def test_stop_and_unmount_restore_the_original(mount_root: Path, loop: str,
     finally:
         m.kill(signal.SIGTERM)
     assert not os.path.ismount(m.mountpoint)
+
+
+def children(pid: int) -> list[int]:
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        out += [int(c) for c in (task / "children").read_text().split()]
+    return out
+
+
+def ended(pid: int) -> bool:
+    """Gone, or a zombie nobody reaped yet: either way it runs no more."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return True
+    return "\nState:\tZ" in status
+
+
+def test_traced_device_serves_request_features_and_its_tracer_dies_with_the_daemon(
+        mount_root: Path, loop: str) -> None:
+    from backends.blktrace import TRACE_FEATURES, tracer_unavailable
+
+    why = tracer_unavailable()
+    if why:
+        pytest.skip(f"block tracepoints: {why}")
+    import duckdb
+
+    config = BLOCK_CONFIG.format(device=loop, apply="tracepoints = true")
+    m = Mount(mount_root, config)
+    m.start()
+    try:
+        sub = m.mountpoint / f"linux.block.{loop}"
+        info = json.loads((sub / "info").read_text())
+        assert set(TRACE_FEATURES) <= set(info["features"])
+        assert "traced" in info["description"]
+        [tracer] = [p for p in children(m.pid)
+                    if Path(f"/proc/{p}/comm").read_text().strip() == "bpftrace"]
+        # a sequential stream of direct reads, for a few ticks
+        done = sh(f"dd if=/dev/{loop} of=/dev/null bs=64k count=1024 iflag=direct status=none")
+        assert done.returncode == 0, done.stderr
+
+        def sequential_rows() -> int:
+            if not any((sub / "dataset").glob("*.parquet")):
+                return 0
+            [(count,)] = duckdb.sql(
+                f"SELECT count(*) FROM '{sub}/dataset/*.parquet' "
+                "WHERE trace_seq_share > 0.9 AND trace_read_kb BETWEEN 60 AND 68").fetchall()
+            return count
+
+        wait_for(lambda: sequential_rows() > 0, timeout=20,
+                 what="a sealed row with the dd stream's trace features")
+        m.kill(signal.SIGKILL)
+        wait_for(lambda: ended(tracer), timeout=5, what="bpftrace ended with its daemon")
+    finally:
+        m.kill(signal.SIGTERM)
