@@ -24,6 +24,11 @@ What is counted per read request (issue time, except the latency):
   device ended (a sequential stream, whatever the request size);
 * ``near``: not contiguous, but within 1 MiB of that end (a strided or
   clustered stream);
+* from these, the mean length of a *run* (consecutive requests, each starting
+  where the previous ended): a sequential scan has runs of many MiB whatever
+  read_ahead_kb is, while random page faults have runs of one read-around
+  (read_ahead_kb), which the request-level sequential share does not show
+  (a 2 MiB read-around is sixteen contiguous 128 KiB requests);
 * ``readahead``: flagged REQ_RAHEAD by the page cache (rwbs ``RA``);
 * ``completed``, ``latency_us`` (sum) and ``slow`` (over 1 ms), from issue to
   completion, matched by start sector.
@@ -219,6 +224,8 @@ def derive_trace(before: dict[str, int] | None, after: dict[str, int] | None,
         "trace_read_kb": d["sectors"] * 512 / 1024 / n if n else 0.0,
         "trace_seq_share": d["seq"] / n if n else 0.0,
         "trace_near_share": d["near"] / n if n else 0.0,
+        # a run: requests each starting where the previous one ended
+        "trace_run_kb": d["sectors"] * 512 / 1024 / max(1, n - d["seq"]) if n else 0.0,
         "trace_readahead_share": d["readahead"] / n if n else 0.0,
         "trace_await_us": d["latency_us"] / done if done else 0.0,
         "trace_slow_share": d["slow"] / done if done else 0.0,
@@ -227,7 +234,7 @@ def derive_trace(before: dict[str, int] | None, after: dict[str, int] | None,
 
 #: the features a traced device adds (all float64)
 TRACE_FEATURES = ("trace_reads_per_s", "trace_read_kb", "trace_seq_share", "trace_near_share",
-                  "trace_readahead_share", "trace_await_us", "trace_slow_share")
+                  "trace_run_kb", "trace_readahead_share", "trace_await_us", "trace_slow_share")
 UNITS = {"trace_reads_per_s": "1/s", "trace_read_kb": "KiB", "trace_seq_share": "1",
-         "trace_near_share": "1", "trace_readahead_share": "1", "trace_await_us": "us",
-         "trace_slow_share": "1"}
+         "trace_near_share": "1", "trace_run_kb": "KiB", "trace_readahead_share": "1",
+         "trace_await_us": "us", "trace_slow_share": "1"}

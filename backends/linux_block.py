@@ -15,7 +15,8 @@ With ``tracepoints = true`` (or ``"auto"``: when the kernel and the machine
 allow it) the device's read requests are also traced (backends/blktrace.py:
 bpftrace on block_rq_issue/block_rq_complete), adding ``trace_reads_per_s``,
 ``trace_read_kb``, ``trace_seq_share`` (requests starting where the previous
-read ended), ``trace_near_share`` (within 1 MiB of it), ``trace_readahead_share``
+read ended), ``trace_near_share`` (within 1 MiB of it), ``trace_run_kb`` (mean
+length of a contiguous run of requests), ``trace_readahead_share``
 (REQ_RAHEAD), ``trace_await_us`` and ``trace_slow_share`` (over 1 ms).  These
 tell a sequential stream from random faults whatever read_ahead_kb is, which
 the stat counters cannot.  Off by default: one bpftrace process per device

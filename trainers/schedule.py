@@ -48,17 +48,23 @@ class Steer:
 
 
 class TrainerSchedule:
-    def __init__(self, learner: KnobLearner, seed: int = 0) -> None:
+    """`learning_ttl`: ticks one exploration lasts (fewer: more settings tried per
+    minute, each measured on fewer ticks; a real device with slow ticks wants fewer)."""
+
+    def __init__(self, learner: KnobLearner, seed: int = 0,
+                 learning_ttl: int = LEARNING_TTL) -> None:
+        if learning_ttl < 1:
+            raise ValueError("learning_ttl must be >= 1 tick")
         self.learner = learner
         self.rng = np.random.default_rng(seed)
+        self.learning_ttl = learning_ttl
 
     def exploration_rate(self) -> float:
         """Share of learning-mode ML ticks spent exploring once a policy runs."""
         return float(np.clip(200.0 / (200.0 + self.learner.explored_rows), 0.2, 1.0))
 
-    @staticmethod
-    def ttl(mode: str) -> int:
-        return LEARNING_TTL if mode in ("learning", "emergency") else FALLBACK_TTL
+    def ttl(self, mode: str) -> int:
+        return self.learning_ttl if mode in ("learning", "emergency") else FALLBACK_TTL
 
     def decide(self, mode: str, *, policy_live: bool) -> Steer | None:
         """The recommendation to send now, or None (the policy or the default decides)."""
@@ -81,8 +87,9 @@ class TrainerSchedule:
         learner = self.learner
         if learner.knob_aware:
             knobs = learner.explore(latest, self.rng)
-            return Steer(knobs, learner.predict(latest, knobs), LEARNING_TTL, exploring=True)
-        return Steer(self._near_default(), math.nan, LEARNING_TTL, exploring=True)
+            return Steer(knobs, learner.predict(latest, knobs), self.learning_ttl,
+                         exploring=True)
+        return Steer(self._near_default(), math.nan, self.learning_ttl, exploring=True)
 
     def _near_default(self) -> dict:
         """Before the model knows anything about the knobs, explore a trust region.

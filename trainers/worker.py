@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from trainers.learner import KnobLearner
-from trainers.schedule import Steer, TrainerSchedule
+from trainers.schedule import LEARNING_TTL, Steer, TrainerSchedule
 
 __all__ = ["run_worker", "main"]
 
@@ -68,7 +68,8 @@ def _gone(exc: OSError) -> bool:
 
 class _Worker:
     def __init__(self, mountpoint: str, subsystem: str, model: str, stop: threading.Event,
-                 log: logging.Logger, prepare_seconds: float, seed: int) -> None:
+                 log: logging.Logger, prepare_seconds: float, seed: int,
+                 learning_ttl: int = LEARNING_TTL) -> None:
         self.root = Path(mountpoint)
         self.subsystem = subsystem
         self.model = model
@@ -78,6 +79,7 @@ class _Worker:
         self.log = log
         self.prepare_seconds = prepare_seconds
         self.seed = seed
+        self.learning_ttl = learning_ttl
         self.learner: KnobLearner | None = None
         self.schedule: TrainerSchedule | None = None
         self.info: dict[str, Any] = {}
@@ -211,7 +213,8 @@ class _Worker:
         knobs = [k for k in knobs if k in self.info.get("knobs", {})] or None
         if self.learner is None or (knobs and knobs != self.learner.knobs):
             self.learner = KnobLearner(self.info, knobs, seed=self.seed)
-            self.schedule = TrainerSchedule(self.learner, seed=self.seed)
+            self.schedule = TrainerSchedule(self.learner, seed=self.seed,
+                                            learning_ttl=self.learning_ttl)
             self.seen = {"dataset": set(), "feedback": set()}
         if fresh:
             # a new proxy (new daemon, or re-created after rmdir) may number its
@@ -515,7 +518,7 @@ class _Worker:
         if self.mode == "emergency":
             self.t_next_rec = now + EMERGENCY_RETRY_SECONDS
         else:
-            self.t_next_rec = now + TrainerSchedule.ttl(self.mode) * self.tick_seconds
+            self.t_next_rec = now + self.schedule.ttl(self.mode) * self.tick_seconds
         if decision is not None:
             self.recommend(decision)
 
@@ -662,6 +665,7 @@ def run_worker(
     log: logging.Logger = logging.getLogger("mlfs.train"),  # noqa: B008
     prepare_seconds: float = 3.0,
     seed: int = 0,
+    learning_ttl: int = LEARNING_TTL,
 ) -> dict[str, Any]:
     """Train `model` on MOUNTPOINT/SUBSYSTEM until `stop` is set or `max_seconds` pass.
 
@@ -669,12 +673,13 @@ def run_worker(
     the last validation MAE, efficiency and mode).  `prepare_seconds`: in
     learning mode, ask the proxy to seal the dataset when no portion arrived
     for that long (0: never), so the first models need not wait for the
-    store's own sealing interval.  Never raises on OSError from the mount.
+    store's own sealing interval.  `learning_ttl`: ticks each exploration
+    lasts.  Never raises on OSError from the mount.
     """
     if not MODEL_NAME.fullmatch(model):
         raise ValueError(f"model name {model!r} is not [a-z0-9][a-z0-9._-]{{0,63}}")
     worker = _Worker(mountpoint, subsystem, model, stop or threading.Event(), log,
-                     prepare_seconds, seed)
+                     prepare_seconds, seed, learning_ttl)
     stats = worker.run(max_seconds)
     log.info("trainer done: %d fits, %d corrections, %d policies, %d recommendations, "
              "efficiency %.3f, mode %s", stats["fits"], stats["corrections"],

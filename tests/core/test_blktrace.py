@@ -82,6 +82,8 @@ def test_trace_features_tell_a_sequential_stream_from_random_reads(traced: Linux
         assert 0 <= features["trace_slow_share"] <= 1
     assert seq["trace_seq_share"] > 0.9
     assert rnd["trace_seq_share"] < 0.2
+    assert seq["trace_run_kb"] > 2048  # one 32 MiB run (a few, if ext4 or a wrap cut it)
+    assert rnd["trace_run_kb"] < 2 * CHUNK / 1024
     # the same requests, counted by the stat counters, agree on the number
     assert seq["trace_reads_per_s"] == pytest.approx(seq["reads_per_s"], rel=0.2)
 
