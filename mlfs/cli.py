@@ -198,6 +198,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     argv = [args.mountpoint, args.subsystem, "--model", args.model]
     if args.max_seconds:
         argv += ["--max-seconds", str(args.max_seconds)]
+    if args.explore_ticks:
+        argv += ["--explore-ticks", str(args.explore_ticks)]
+    if args.relative:
+        argv.append("--relative")
     return train_main(argv)
 
 
@@ -260,6 +264,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("subsystem")
     p.add_argument("--model", default="lgbm")
     p.add_argument("--max-seconds", type=float, default=0.0)
+    p.add_argument("--explore-ticks", type=int, default=0,
+                   help="ticks each exploration lasts (default 10)")
+    p.add_argument("--relative", action="store_true",
+                   help="fit relative error (objectives spanning orders of magnitude)")
     p.set_defaults(func=cmd_train)
     p = sub.add_parser("demo", help="mount the simulated subsystem, train, summarise")
     p.add_argument("--seconds", type=float, default=120.0)

@@ -123,7 +123,10 @@ class KnobLearner:
         num_boost_round: int = 150,
         params: Mapping[str, Any] | None = None,
         seed: int = 0,
+        relative: bool = False,
     ) -> None:
+        """`relative`: fit relative rather than absolute error, for a positive
+        objective spanning orders of magnitude (a real device's MiB/s)."""
         if lag not in (0, 1):
             raise ValueError("lag must be 0 or 1")
         self.info = dict(info)
@@ -148,6 +151,7 @@ class KnobLearner:
         self.lag = lag
         self.num_boost_round = int(num_boost_round)
         self.seed = seed
+        self.relative = relative
         self.params: dict[str, Any] = {
             "objective": "regression",
             "learning_rate": 0.1,
@@ -162,6 +166,13 @@ class KnobLearner:
             "deterministic": True,
             "force_row_wise": True,
         }
+        if relative:
+            # Gamma regression: a log link, so the trees fit relative error (a 4x
+            # knob effect counts the same in a phase at 15 MiB/s as in one at
+            # 1500, where on squared error it would drown in the fast phase's
+            # noise), while predict() still returns the objective's own units
+            # (exp of the raw score): the policy's `expected` stays meaningful.
+            self.params["objective"] = "gamma"
         self.params.update(params or {})
 
         self.grids: list[list[KnobValue]] = [candidate_values(self.knob_specs[k])
@@ -389,8 +400,17 @@ class KnobLearner:
         w = np.sqrt(len(X) / (len(counts) * counts[inverse]))
         return np.clip(w, 0.1, 10.0)
 
+    def _label(self, y: np.ndarray) -> np.ndarray:
+        """The label LightGBM sees: with `relative`, floored to a positive value
+        (gamma regression needs y > 0; an idle tick's 0 MiB/s becomes 0.1% of the median)."""
+        if not self.relative or not len(y):
+            return y
+        positive = y[y > 0]
+        floor = 1e-3 * float(np.median(positive)) if len(positive) else 1e-6
+        return np.maximum(y, max(floor, 1e-12))
+
     def _train(self, X: np.ndarray, y: np.ndarray, w: np.ndarray, rounds: int) -> lgb.Booster:
-        data = lgb.Dataset(X, label=y, weight=w, feature_name=self.columns,
+        data = lgb.Dataset(X, label=self._label(y), weight=w, feature_name=self.columns,
                            free_raw_data=True, params={"verbose": -1})
         return lgb.train(self.params, data, num_boost_round=rounds)
 
@@ -509,8 +529,8 @@ class KnobLearner:
     def _continue(self, params: dict, X: np.ndarray, y: np.ndarray, rounds: int
                   ) -> lgb.Booster:
         """`rounds` more trees on top of the current booster, fitted to its residuals."""
-        data = lgb.Dataset(X, label=y, feature_name=self.columns, free_raw_data=True,
-                           params={"verbose": -1})
+        data = lgb.Dataset(X, label=self._label(y), feature_name=self.columns,
+                           free_raw_data=True, params={"verbose": -1})
         return lgb.train(params, data, num_boost_round=rounds, init_model=self.booster)
 
     # ---- decisions --------------------------------------------------------

@@ -69,7 +69,7 @@ def _gone(exc: OSError) -> bool:
 class _Worker:
     def __init__(self, mountpoint: str, subsystem: str, model: str, stop: threading.Event,
                  log: logging.Logger, prepare_seconds: float, seed: int,
-                 learning_ttl: int = LEARNING_TTL) -> None:
+                 learning_ttl: int = LEARNING_TTL, relative: bool = False) -> None:
         self.root = Path(mountpoint)
         self.subsystem = subsystem
         self.model = model
@@ -80,6 +80,7 @@ class _Worker:
         self.prepare_seconds = prepare_seconds
         self.seed = seed
         self.learning_ttl = learning_ttl
+        self.relative = relative
         self.learner: KnobLearner | None = None
         self.schedule: TrainerSchedule | None = None
         self.info: dict[str, Any] = {}
@@ -212,7 +213,7 @@ class _Worker:
             knobs = []
         knobs = [k for k in knobs if k in self.info.get("knobs", {})] or None
         if self.learner is None or (knobs and knobs != self.learner.knobs):
-            self.learner = KnobLearner(self.info, knobs, seed=self.seed)
+            self.learner = KnobLearner(self.info, knobs, seed=self.seed, relative=self.relative)
             self.schedule = TrainerSchedule(self.learner, seed=self.seed,
                                             learning_ttl=self.learning_ttl)
             self.seen = {"dataset": set(), "feedback": set()}
@@ -666,6 +667,7 @@ def run_worker(
     prepare_seconds: float = 3.0,
     seed: int = 0,
     learning_ttl: int = LEARNING_TTL,
+    relative: bool = False,
 ) -> dict[str, Any]:
     """Train `model` on MOUNTPOINT/SUBSYSTEM until `stop` is set or `max_seconds` pass.
 
@@ -674,12 +676,13 @@ def run_worker(
     learning mode, ask the proxy to seal the dataset when no portion arrived
     for that long (0: never), so the first models need not wait for the
     store's own sealing interval.  `learning_ttl`: ticks each exploration
-    lasts.  Never raises on OSError from the mount.
+    lasts; `relative`: fit relative error (`KnobLearner`), for objectives
+    spanning orders of magnitude.  Never raises on OSError from the mount.
     """
     if not MODEL_NAME.fullmatch(model):
         raise ValueError(f"model name {model!r} is not [a-z0-9][a-z0-9._-]{{0,63}}")
     worker = _Worker(mountpoint, subsystem, model, stop or threading.Event(), log,
-                     prepare_seconds, seed, learning_ttl)
+                     prepare_seconds, seed, learning_ttl, relative)
     stats = worker.run(max_seconds)
     log.info("trainer done: %d fits, %d corrections, %d policies, %d recommendations, "
              "efficiency %.3f, mode %s", stats["fits"], stats["corrections"],
@@ -701,6 +704,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prepare-seconds", type=float, default=3.0,
                         help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--explore-ticks", type=int, default=LEARNING_TTL,
+                        help=f"ticks each exploration lasts (default {LEARNING_TTL})")
+    parser.add_argument("--relative", action="store_true",
+                        help="fit relative error: for objectives spanning orders of magnitude "
+                             "(a real device's MiB/s across workload phases)")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     if not MODEL_NAME.fullmatch(args.model):
@@ -716,7 +724,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run_worker(args.mountpoint, args.subsystem, args.model, stop=stop,
                    max_seconds=args.max_seconds or None, prepare_seconds=args.prepare_seconds,
-                   seed=args.seed)
+                   seed=args.seed, learning_ttl=args.explore_ticks, relative=args.relative)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

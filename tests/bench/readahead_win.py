@@ -65,22 +65,24 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import mmap
 import os
 import random
 import statistics
+import subprocess
 import sys
 import threading
 import time
 from collections import Counter, defaultdict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+from backends.blktrace import tracer_unavailable
 from tests.bench.readahead_experiment import MIB, drop_cache, make_file, scratch_filesystem
 from tests.conftest import Mount, fuse_unavailable
 
-PHASES = ("sequential", "random", "strided")
-RECORD = 32 * 1024
-STRIDE = 512 * 1024
+PHASES = ("sequential", "random", "mmap")
 PAGE = 4096
 SAMPLE_SECONDS = 0.1
 REOPEN_SECONDS = 0.05
@@ -108,12 +110,61 @@ tick_seconds = {tick}
 objective = "read_mb_per_s"
 goal = "max"
 apply = {{read_ahead_kb = [0, 4096]}}
+tracepoints = true
 """
 
 
-# ---- the workload ------------------------------------------------------------------
+# ---- the memory cgroup the workload runs in ----------------------------------------------
+@contextmanager
+def memory_cgroup(limit_bytes: int) -> Iterator[Path]:
+    """A child memory cgroup of this process's own, limited to `limit_bytes`.
+
+    Yields its ``cgroup.procs`` (a process joins by writing its pid there).
+    The page cache a process fills is charged to its cgroup, so the limit
+    bounds how much of the file the workload can keep cached: a file larger
+    than the limit stays mostly uncached, as a data set larger than RAM does.
+    cgroup v1 (memory.limit_in_bytes) and v2 (memory.max) are both handled.
+    """
+    base = None
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            base = Path("/sys/fs/cgroup/memory") / path.lstrip("/")
+            limit_file = "memory.limit_in_bytes"
+            break
+    if base is None:  # cgroup v2: the unified hierarchy
+        path = next(ln.split(":", 2)[2] for ln in Path("/proc/self/cgroup").read_text().splitlines()
+                    if ln.startswith("0::"))
+        for mount in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified"):
+            if (Path(mount) / "cgroup.controllers").exists():
+                base, limit_file = Path(mount) / path.lstrip("/"), "memory.max"
+                break
+    if base is None or not base.is_dir():
+        raise RuntimeError("no memory cgroup to create a child in")
+    group = base / f"mlfs-readahead-{os.getpid()}"
+    group.mkdir()
+    try:
+        try:
+            (group / limit_file).write_text(f"{limit_bytes}\n")
+        except OSError as exc:
+            raise RuntimeError(f"cannot limit memory in {group}: {exc}") from None
+        yield group / "cgroup.procs"
+    finally:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                group.rmdir()
+                break
+            except OSError:  # its last process is still exiting
+                if time.monotonic() > deadline:
+                    print(f"could not remove {group}", file=sys.stderr)
+                    break
+                time.sleep(0.05)
+
+
+# ---- the workload (in a child process, inside the memory cgroup) --------------------------
 class Workload:
-    """The phase cycle, with a byte counter a sampler thread turns into MiB/s."""
+    """The phases, with a byte counter a sampler thread turns into MiB/s."""
 
     def __init__(self, path: Path, device: str) -> None:
         self.path = path
@@ -122,20 +173,20 @@ class Workload:
         self.done = 0  # bytes read so far (only the workload thread adds)
         self.label = ""  # what the sampler tallies the read_ahead_kb in effect under
         self.seed = 0
+        self.offset = 0  # the sequential scan's position, kept across visits
 
-    # each phase reads until `deadline` and returns the bytes it read
     # Each phase re-opens the file every REOPEN_SECONDS, keeping its position,
     # as a data loader moving from shard to shard does: the kernel copies
     # read_ahead_kb into a file's readahead state at open (file_ra_state_init),
     # so a device-level knob never reaches a file descriptor opened before it
     # changed.
-    def _reader(self, deadline: float, read: Callable[[int], int]) -> int:
+    def _reader(self, until: Callable[[int], bool], read: Callable[[int], int]) -> int:
         done = 0
-        while (now := time.monotonic()) < deadline:
+        while not until(done):
             fd = os.open(self.path, os.O_RDONLY)
             try:
-                reopen = min(deadline, now + REOPEN_SECONDS)
-                while time.monotonic() < reopen:
+                reopen = time.monotonic() + REOPEN_SECONDS
+                while time.monotonic() < reopen and not until(done):
                     n = read(fd)
                     done += n
                     self.done += n
@@ -143,86 +194,78 @@ class Workload:
                 os.close(fd)
         return done
 
-    def sequential(self, deadline: float) -> int:
-        offset = 0
-
+    def sequential(self, until: Callable[[int], bool]) -> int:
         def read(fd: int) -> int:
-            nonlocal offset
             n = 0
             for _ in range(64):
-                if offset + PAGE > self.size:
+                if self.offset + PAGE > self.size:
                     drop_cache(self.path)
-                    offset = 0
-                got = len(os.pread(fd, PAGE, offset))
-                offset += got
+                    self.offset = 0
+                got = len(os.pread(fd, PAGE, self.offset))
+                self.offset += got
                 n += got
             return n
 
-        return self._reader(deadline, read)
+        return self._reader(until, read)
 
-    def random(self, deadline: float) -> int:
+    def random(self, until: Callable[[int], bool]) -> int:
         self.seed += 1
         rng = random.Random(self.seed)
         pages = self.size // PAGE
-        next_drop = time.monotonic() + 1.0
 
         def read(fd: int) -> int:
-            nonlocal next_drop
-            if time.monotonic() >= next_drop:
-                drop_cache(self.path)
-                next_drop = time.monotonic() + 1.0
             return sum(len(os.pread(fd, PAGE, rng.randrange(pages) * PAGE))
                        for _ in range(16))
 
-        return self._reader(deadline, read)
+        return self._reader(until, read)
 
-    def strided(self, deadline: float) -> int:
-        offset = 0
+    def mmap(self, until: Callable[[int], bool]) -> int:
+        """Random page faults: one byte touched on each of 16 random pages per call."""
+        self.seed += 1
+        rng = random.Random(self.seed)
+        pages = self.size // PAGE
+        maps: dict[int, mmap.mmap] = {}
 
         def read(fd: int) -> int:
-            nonlocal offset
-            if offset + RECORD > self.size:
-                drop_cache(self.path)
-                offset = 0
-            # a record as an application reads it: 4 KiB at a time
-            n = sum(len(os.pread(fd, PAGE, offset + page)) for page in range(0, RECORD, PAGE))
-            offset += STRIDE
-            return n
+            if fd not in maps:
+                for old in maps.values():
+                    old.close()
+                maps.clear()
+                maps[fd] = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
+            view = maps[fd]
+            for _ in range(16):
+                view[rng.randrange(pages) * PAGE]
+            return 16 * PAGE
 
-        return self._reader(deadline, read)
+        try:
+            return self._reader(until, read)
+        finally:
+            for view in maps.values():
+                view.close()
 
-    def visit(self, phase: str, seconds: float) -> tuple[int, float]:
-        """One phase visit from a cold cache: (bytes, seconds)."""
+    def visit(self, phase: str, seconds: float, budget: int | None) -> tuple[int, float]:
+        """One phase visit from a cold cache, until `budget` bytes were read (or, with
+        no budget, for `seconds`; with one, `seconds` is a cap): (bytes, seconds)."""
         drop_cache(self.path)
         started = time.monotonic()
-        done = getattr(self, phase)(started + seconds)
-        return done, time.monotonic() - started
+        deadline = started + seconds
 
-    def run(self, cycles: int, phase_seconds: float) -> dict[str, tuple[int, float]]:
-        """`cycles` rounds of all phases; {phase: (bytes, seconds)}, plus "overall"."""
-        out = {p: [0, 0.0] for p in PHASES}
-        for _ in range(cycles):
-            for phase in PHASES:
-                self.label = phase
-                done, seconds = self.visit(phase, phase_seconds)
-                out[phase][0] += done
-                out[phase][1] += seconds
-        self.label = ""
-        result = {p: (int(b), float(s)) for p, (b, s) in out.items()}
-        result["overall"] = (sum(b for b, _ in result.values()),
-                             sum(s for _, s in result.values()))
-        return result
+        def until(done: int) -> bool:
+            return (budget is not None and done >= budget) or time.monotonic() >= deadline
+
+        done = getattr(self, phase)(until)
+        return done, time.monotonic() - started
 
 
 class Sampler(threading.Thread):
     """Every 0.1 s: the app's MiB/s over the last `window` s (written to `objective`
-    when given) and the read_ahead_kb in effect, tallied per phase."""
+    when set) and the read_ahead_kb in effect, tallied per label."""
 
-    def __init__(self, work: Workload, window: float, objective: Path | None) -> None:
+    def __init__(self, work: Workload) -> None:
         super().__init__(daemon=True, name="sampler")
         self.work = work
-        self.window = window
-        self.objective = objective
+        self.window = 1.0
+        self.objective: Path | None = None
         self.stop = threading.Event()
         self.knobs: defaultdict[str, Counter] = defaultdict(Counter)
         self.write_errors = 0
@@ -240,13 +283,14 @@ class Sampler(threading.Thread):
                     self.knobs[label][int(self.work.ra_path.read_text())] += 1
                 except (OSError, ValueError):
                     pass
-            if self.objective is None or len(history) < 2:
+            objective = self.objective
+            if objective is None or len(history) < 2:
                 continue
             (t0, b0), (t1, b1) = history[0], history[-1]
             if t1 - t0 < self.window / 2:
                 continue
             try:
-                fd = os.open(self.objective, os.O_WRONLY)
+                fd = os.open(objective, os.O_WRONLY)
                 try:
                     os.write(fd, f"{(b1 - b0) / MIB / (t1 - t0):.3f}\n".encode())
                 finally:
@@ -255,18 +299,85 @@ class Sampler(threading.Thread):
                 self.write_errors += 1
 
 
-def measure(work: Workload, cycles: int, phase_seconds: float, window: float,
-            objective: Path | None = None) -> dict:
-    sampler = Sampler(work, window, objective)
+def worker_main(path: str, device: str, procs: str) -> int:
+    """The child: join the cgroup, then serve one JSON command per stdin line."""
+    Path(procs).write_text(f"{os.getpid()}\n")
+    work = Workload(Path(path), device)
+    sampler = Sampler(work)
     sampler.start()
-    try:
-        result = work.run(cycles, phase_seconds)
-    finally:
-        sampler.stop.set()
-        sampler.join()
-    mib = {p: b / MIB / s for p, (b, s) in result.items()}
-    knobs = {p: dict(sampler.knobs[p].most_common(3)) for p in PHASES}
-    return {"mib_per_s": mib, "knobs": knobs, "write_errors": sampler.write_errors}
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        op = cmd["op"]
+        if op == "visit":
+            work.label = cmd.get("label", "")
+            done, seconds = work.visit(cmd["phase"], cmd["seconds"], cmd.get("budget"))
+            work.label = ""
+            reply: dict = {"bytes": done, "seconds": seconds}
+        elif op == "objective":
+            sampler.window = cmd.get("window", 1.0)
+            sampler.objective = Path(cmd["path"]) if cmd.get("path") else None
+            reply = {"write_errors": sampler.write_errors}
+        elif op == "knobs":
+            reply = {"knobs": {k: dict(v) for k, v in sampler.knobs.items()}}
+            sampler.knobs.clear()
+        else:
+            reply = {"error": f"unknown op {op!r}"}
+        print(json.dumps(reply), flush=True)
+    sampler.stop.set()
+    return 0
+
+
+class WorkloadProcess:
+    """The parent's handle on the workload child (started by its pid, ended by it)."""
+
+    def __init__(self, path: Path, device: str, procs: Path) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.bench.readahead_win", "--worker", str(path), device,
+             str(procs)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
+            cwd=Path(__file__).resolve().parents[2])
+
+    def call(self, **cmd) -> dict:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the workload process ended (status {self.proc.wait()})")
+        return json.loads(line)
+
+    def visit(self, phase: str, seconds: float, budget: int | None = None,
+              label: str = "") -> tuple[int, float]:
+        reply = self.call(op="visit", phase=phase, seconds=seconds, budget=budget, label=label)
+        return reply["bytes"], reply["seconds"]
+
+    def objective(self, path: Path | None, window: float = 1.0) -> int:
+        return self.call(op="objective", path=str(path) if path else None,
+                         window=window)["write_errors"]
+
+    def knobs(self) -> dict[str, dict[int, int]]:
+        return {label: {int(k): n for k, n in tally.items()}
+                for label, tally in self.call(op="knobs")["knobs"].items()}
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()  # by its pid
+            self.proc.wait()
+
+
+def run_cycles(work: WorkloadProcess, cycles: int, seconds: float,
+               budgets: dict[str, int] | None, label: str = "") -> dict:
+    """`cycles` rounds of all phases: {phase: [bytes, seconds]}."""
+    acc = {p: [0, 0.0] for p in PHASES}
+    for _ in range(cycles):
+        for phase in PHASES:
+            done, secs = work.visit(phase, seconds, budgets and budgets[phase],
+                                    f"{label}/{phase}" if label else "")
+            acc[phase][0] += done
+            acc[phase][1] += secs
+    return acc
 
 
 def set_read_ahead(device: str, value: int) -> None:
@@ -321,12 +432,18 @@ def wait_read_ahead(device: str, value: int, timeout: float = 3.0) -> bool:
     return False
 
 
-def run_mlfs(args: argparse.Namespace, work: Workload, device: str, root: Path,
-             default: int, best: int, log: logging.Logger) -> tuple[dict, dict]:
+CONDITIONS = ("default", "best static", "mlfs")
+
+
+def run_mlfs(args: argparse.Namespace, work: WorkloadProcess, device: str, root: Path,
+             default: int, best: int, budgets: dict[str, int],
+             log: logging.Logger) -> tuple[dict, dict]:
     """Train, then measure default / best static / mlfs interleaved in the same mount.
 
-    Each phase visit is measured under the three conditions in turn (best
-    static, default, mlfs), so slow drifts of the shared VM hit all three alike
+    Each cycle runs every phase under one condition, then under the next (the
+    order rotating per cycle), so slow drifts of the shared VM hit all three
+    alike, every visit follows a different phase (the policy's first tick of
+    a visit decides from the previous phase's features, as it would in use),
     and the daemon's own overhead (ticks, FUSE, the objective writes) is in
     every condition.  Best static is a recommendation without ttl from the
     same model proxy (pinned recommendation mode, no probe ticks), default is
@@ -336,16 +453,14 @@ def run_mlfs(args: argparse.Namespace, work: Workload, device: str, root: Path,
     from trainers.worker import run_worker
 
     info: dict = {}
-    conditions = ("best static", "default", "mlfs")
-    runs: dict[str, list[dict]] = {c: [] for c in conditions}
+    runs: dict[str, list[dict]] = {c: [] for c in CONDITIONS}
     mount = Mount(root, CONFIG.format(share=args.learning_share, device=device,
                                       tick=args.tick), name="mlfs")
     sub_name = f"linux.block.{device}"
     try:
         mount.start()
         sub = mount.mountpoint / sub_name
-        objective = sub / "objective"
-        window = 0.8 * args.tick  # the backend's measure_seconds
+        work.objective(sub / "objective", window=0.8 * args.tick)  # the measure window
         mdir = sub / "models" / MODEL
         os.mkdir(mdir)
         write_attr(mdir / "mode", "learning\n")  # pinned: keep exploring while training
@@ -354,17 +469,19 @@ def run_mlfs(args: argparse.Namespace, work: Workload, device: str, root: Path,
 
         def train() -> None:
             stats.update(run_worker(str(mount.mountpoint), sub_name, MODEL, stop=stop,
-                                    max_seconds=args.train_seconds + 60, log=log))
+                                    max_seconds=args.train_seconds + 60, log=log,
+                                    learning_ttl=args.explore_ticks, relative=True))
 
         trainer = threading.Thread(target=train, name="trainer", daemon=True)
         trainer.start()
         print(f"mlfs: training {args.train_seconds:.0f} s (tick {args.tick} s, learning "
-              f"share {args.learning_share})", flush=True)
+              f"share {args.learning_share}, {args.explore_ticks} ticks per exploration)",
+              flush=True)
         started = time.monotonic()
-        train_cycles = max(1, round(args.train_seconds / (len(PHASES) * args.train_phase)))
-        measure(work, train_cycles, args.train_phase, window, objective)
+        while time.monotonic() - started < args.train_seconds:
+            run_cycles(work, 1, args.train_phase, None, "train")
         stop.set()
-        trainer.join(timeout=30)
+        trainer.join(timeout=60)
         policy = (mdir / "policy").read_text()
         write_attr(mdir / "mode", "recommendation\n")
         info = {
@@ -373,6 +490,8 @@ def run_mlfs(args: argparse.Namespace, work: Workload, device: str, root: Path,
                                                    "recommendations", "explorations",
                                                    "rows", "val_mae", "val_mae_naive")},
             "policy_bytes": len(policy),
+            "explored": {label.split("/")[1]: dict(sorted(tally.items()))
+                         for label, tally in work.knobs().items()},
         }
         print(f"mlfs: trained: {json.dumps(info)}", flush=True)
         if not policy:
@@ -388,35 +507,31 @@ def run_mlfs(args: argparse.Namespace, work: Workload, device: str, root: Path,
                 write_attr(mdir / "recommend", f"read_ahead_kb={default} ttl=1\n")
                 write_attr(mdir / "mode", "emergency\n")
                 wait_read_ahead(device, default)
-            else:
-                write_attr(mdir / "mode", "recommendation\n")  # the policy decides
+            else:  # the policy decides, once a best-static recommendation is superseded
+                write_attr(mdir / "mode", "recommendation\n")
+                write_attr(mdir / "recommend", f"read_ahead_kb={best} ttl=1\n")
+                time.sleep(3 * args.tick)  # the ttl=1 recommendation runs out
 
-        sampler = Sampler(work, window, objective)
-        sampler.start()
-        try:
-            for rep in range(args.repeats):
-                acc = {c: {p: [0, 0.0] for p in PHASES} for c in conditions}
-                for _ in range(args.cycles):
-                    for phase in PHASES:
-                        for condition in conditions:
-                            switch(condition)
-                            work.label = f"{condition}/{phase}"
-                            done, seconds = work.visit(phase, args.phase_seconds)
-                            work.label = ""
-                            acc[condition][phase][0] += done
-                            acc[condition][phase][1] += seconds
-                for condition in conditions:
-                    run = rates(acc[condition])
-                    run["knobs"] = {p: dict(sampler.knobs[f"{condition}/{p}"].most_common(4))
-                                    for p in PHASES}
-                    runs[condition].append(run)
-                    print(f"  {condition:12s} run {rep + 1}: {fmt(run)}  "
-                          f"read_ahead_kb {run['knobs']}", flush=True)
-                sampler.knobs.clear()
-        finally:
-            sampler.stop.set()
-            sampler.join()
-        info["objective_write_errors"] = sampler.write_errors
+        for rep in range(args.repeats):
+            acc = {c: {p: [0, 0.0] for p in PHASES} for c in CONDITIONS}
+            for cycle in range(args.cycles):
+                shift = (rep * args.cycles + cycle) % len(CONDITIONS)
+                for condition in CONDITIONS[shift:] + CONDITIONS[:shift]:
+                    switch(condition)
+                    got = run_cycles(work, 1, args.phase_seconds * args.cap, budgets,
+                                     condition)
+                    for phase, (done, secs) in got.items():
+                        acc[condition][phase][0] += done
+                        acc[condition][phase][1] += secs
+            tallies = work.knobs()
+            for condition in CONDITIONS:
+                run = rates(acc[condition])
+                run["knobs"] = {p: dict(Counter(tallies.get(f"{condition}/{p}", {}))
+                                        .most_common(4)) for p in PHASES}
+                runs[condition].append(run)
+                print(f"  {condition:12s} run {rep + 1}: {fmt(run)}  "
+                      f"read_ahead_kb {run['knobs']}", flush=True)
+        info["objective_write_errors"] = work.objective(None)
         info["efficiency"] = (mdir / "efficiency").read_text().strip()
     finally:
         if mount.pid is not None:
@@ -431,7 +546,7 @@ def rates(acc: dict[str, list]) -> dict:
     total = (sum(b for b, _ in acc.values()), sum(s for _, s in acc.values()))
     mib = {p: b / MIB / s if s else 0.0 for p, (b, s) in acc.items()}
     mib["overall"] = total[0] / MIB / total[1] if total[1] else 0.0
-    return {"mib_per_s": mib}
+    return {"mib_per_s": mib, "seconds": total[1]}
 
 
 def fmt(run: dict) -> str:
@@ -445,31 +560,46 @@ def experiment(args: argparse.Namespace) -> int:
     ok = True
     info: dict = {}
     runs: dict[str, list[dict]] = {}
-    with scratch_filesystem(args.file_mib + 128) as (device, mnt):
+    sweep: dict[int, dict] = {}
+    best = default = -1
+    with scratch_filesystem(args.file_mib + 128) as (device, mnt), \
+            memory_cgroup(args.memory_mib * MIB) as procs:
         original = get_read_ahead(device)  # a loop device may start with io_opt-based 2560
         default = args.default_kb if args.default_kb is not None else original
+        work = None
         try:
             # the default algorithm is the value in place when mlfs starts: the stock one
             set_read_ahead(device, default)
             data = mnt / "data"
             make_file(data, args.file_mib)
-            work = Workload(data, device)
-            window = 0.8 * args.tick
+            work = WorkloadProcess(data, device, procs)
             print(f"device {device} (direct-io loop, ext4), file {args.file_mib} MiB, "
-                  f"original read_ahead_kb {original}, default {default}", flush=True)
+                  f"workload in a {args.memory_mib} MiB memory cgroup, original read_ahead_kb "
+                  f"{original}, default {default}", flush=True)
+            # 0. the work of a phase visit: what the default reads in --phase-seconds
+            got = run_cycles(work, 2, args.phase_seconds, None)
+            budgets = {p: int(b / s * args.phase_seconds) for p, (b, s) in got.items()}
+            print("work per visit (bytes the default reads in "
+                  f"{args.phase_seconds:g} s): "
+                  + ", ".join(f"{p} {b / MIB:.1f} MiB" for p, b in budgets.items()), flush=True)
             # 1. the sweep (no daemon; sysfs written directly)
-            sweep = {}
             for ra in args.grid:
                 set_read_ahead(device, ra)
-                run = measure(work, args.sweep_cycles, args.phase_seconds, window)
+                run = rates(run_cycles(work, args.sweep_cycles, args.phase_seconds * args.cap,
+                                       budgets))
                 sweep[ra] = run["mib_per_s"]
                 print(f"  sweep ra={ra:5d}: {fmt(run)}", flush=True)
             set_read_ahead(device, default)
             best = max(sweep, key=lambda ra: sweep[ra]["overall"])
             oracle = {p: max(sweep, key=lambda ra, p=p: sweep[ra][p]) for p in PHASES}
-            print(f"best static: {best}; best per phase in the sweep: {oracle}", flush=True)
+            oracle_time = sum(budgets[p] / MIB / sweep[oracle[p]][p] for p in PHASES)
+            print(f"best static: {best}; best per phase in the sweep: {oracle} (overall "
+                  f"{sum(budgets.values()) / MIB / oracle_time:.1f} MiB/s if each phase ran "
+                  "at its best)", flush=True)
             # 2. training, then the three conditions interleaved in the mount
-            runs, info = run_mlfs(args, work, device, mnt.parent, default, best, log)
+            runs, info = run_mlfs(args, work, device, mnt.parent, default, best, budgets, log)
+            info["budgets_mib"] = {p: round(b / MIB, 1) for p, b in budgets.items()}
+            info["oracle"] = oracle
             after = get_read_ahead(device)
             print(f"after mlfs unmount: {device} read_ahead_kb = {after} "
                   f"({'restored' if after == default else 'NOT restored'} to {default})",
@@ -477,6 +607,8 @@ def experiment(args: argparse.Namespace) -> int:
             ok = after == default
             set_read_ahead(device, original)
         finally:
+            if work is not None:
+                work.close()
             now = get_read_ahead(device)
             if now != original:
                 print(f"read_ahead_kb of {device} is {now}, not its original {original}; "
@@ -512,20 +644,30 @@ def experiment(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--worker"]:
+        return worker_main(*argv[1:4])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a smaller run, < 3 minutes")
+    parser.add_argument("--quick", action="store_true", help="a smaller run, < 6 minutes")
     parser.add_argument("--file-mib", type=int, default=1024)
-    parser.add_argument("--phase-seconds", type=float, default=6.0)
-    parser.add_argument("--cycles", type=int, default=1, help="phase cycles per run")
+    parser.add_argument("--memory-mib", type=int, default=128,
+                        help="memory cgroup limit of the workload (its page cache)")
+    parser.add_argument("--phase-seconds", type=float, default=4.0,
+                        help="a visit's work: what the default reads in this long")
+    parser.add_argument("--cap", type=float, default=4.0,
+                        help="a visit ends after cap x phase-seconds even if unfinished")
+    parser.add_argument("--cycles", type=int, default=2, help="phase cycles per run")
     parser.add_argument("--repeats", type=int, default=3, help="runs per condition")
     parser.add_argument("--grid", type=lambda s: [int(v) for v in s.split(",")],
-                        default=[16, 64, 128, 256, 512, 1024, 4096])
+                        default=[0, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096])
     parser.add_argument("--sweep-cycles", type=int, default=1)
-    parser.add_argument("--tick", type=float, default=0.5)
-    parser.add_argument("--train-seconds", type=float, default=360.0)
-    parser.add_argument("--train-phase", type=float, default=6.0,
+    parser.add_argument("--tick", type=float, default=0.25)
+    parser.add_argument("--train-seconds", type=float, default=600.0)
+    parser.add_argument("--train-phase", type=float, default=4.0,
                         help="phase length while training")
-    parser.add_argument("--learning-share", type=float, default=0.7)
+    parser.add_argument("--explore-ticks", type=int, default=2,
+                        help="ticks each exploration lasts")
+    parser.add_argument("--learning-share", type=float, default=0.8)
     parser.add_argument("--default-kb", type=int, default=128,
                         help="the default read_ahead_kb (the kernel's stock 128 KiB; a loop "
                              "device may start with more); -1: keep the device's own")
@@ -533,17 +675,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     if args.quick:
-        args.file_mib, args.phase_seconds, args.cycles, args.repeats = 512, 3.0, 1, 2
-        args.grid, args.train_seconds, args.train_phase = [32, 128, 512, 2048], 65.0, 3.0
-        args.tick = 0.25  # the trainer fits after 200 new rows: 50 s at 0.25 s ticks
+        args.file_mib, args.memory_mib, args.phase_seconds = 512, 64, 2.0
+        args.cycles, args.repeats, args.grid = 1, 1, [0, 32, 128, 512, 2048]
+        args.train_seconds, args.train_phase = 120.0, 2.0
     if args.default_kb is not None and args.default_kb < 0:
         args.default_kb = None
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if os.geteuid() != 0:
-        print("readahead_win: needs root (loop devices, mount)", file=sys.stderr)
+        print("readahead_win: needs root (loop devices, mount, cgroups)", file=sys.stderr)
         return 2
-    why = fuse_unavailable()
+    why = fuse_unavailable() or tracer_unavailable()
     if why:
         print(f"readahead_win: {why}", file=sys.stderr)
         return 2
