@@ -68,6 +68,7 @@ import logging
 import mmap
 import os
 import random
+import signal
 import statistics
 import subprocess
 import sys
@@ -647,6 +648,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--worker"]:
         return worker_main(*argv[1:4])
+
+    def interrupted(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # SIGTERM too runs the clean-up (restore, umount, detach)
+
+    signal.signal(signal.SIGTERM, interrupted)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smaller run, < 6 minutes")
     parser.add_argument("--file-mib", type=int, default=1024)
