@@ -2,62 +2,76 @@
 
 Set-up (the helpers of `readahead_experiment`): a sparse image on the root
 file system attached as a direct-io loop device (the host's page cache does
-not serve the reads), ext4 on it, one data file of random bytes.  A Python
-workload cycles through phases, each for `--phase-seconds`, each starting
-with the file's pages dropped (a cold cache; the cache is dropped again
-whenever a pass wraps, and every second for the random phase, so the phases
-stay cold; the file is re-opened every 50 ms, keeping the position, because
-the kernel copies read_ahead_kb into a file's readahead state at open, so
-the knob never reaches a descriptor opened before it changed):
+not serve the reads), ext4 on it, one data file of random bytes (`--file-mib`,
+1 GiB).  The workload runs in its own process inside a child memory cgroup
+limited to `--memory-mib` (128 MiB): its page cache is charged there, so the
+file never fits in the cache, as a data set larger than memory does not.
+It cycles through three phases; every visit starts from a cold cache (the
+file's pages dropped) and re-opens the file every 50 ms, keeping its
+position, because the kernel copies read_ahead_kb into a file's readahead
+state at open, so the knob never reaches a descriptor opened before it
+changed (a data loader moving from shard to shard, a store opening its
+files, do the same):
 
-- ``sequential``: 4 KiB buffered reads front to back;
+- ``sequential``: 4 KiB buffered reads front to back (dropped when it wraps);
 - ``random``: 4 KiB preads at uniformly random 4 KiB-aligned offsets;
-- ``strided``: 32 KiB records (eight 4 KiB preads) every 512 KiB.
+- ``mmap``: random page faults — one byte touched on random pages of a
+  read-only mapping.  Every fault reads read_ahead_kb around it (the
+  kernel's read-around), so a large value wastes the device on bytes the
+  next fault will not use and that the memory limit evicts anyway.
 
-On a direct-io loop device no static read_ahead_kb is best for all three:
-sequential wants large readahead, strided records want a small one (large
-readahead reads the 480 KiB gaps too), random reads are indifferent.
+No static value is best for all: sequential wants 512 KiB or more, mmap
+wants 0, random does not care.  Each visit does a fixed amount of work —
+what the default reads in `--phase-seconds` (measured first) — as a job
+does: "overall" is total bytes over total time, i.e. the job's time, and a
+slow phase counts for the time it takes (with fixed *time* per phase the
+fast phase's bytes would swamp the others).  A visit is cut at `--cap` x
+`--phase-seconds` (its bytes over its time still count).
 
-First a sweep (no daemon, sysfs written directly, `--sweep-cycles` cycles per
-value of `--grid`) picks the best static value: the highest overall
-throughput.  Then mlfs mounts with a configuration serving
-``linux.block.<loop>`` with ``apply = {read_ahead_kb = [0, 4096]}`` and
-`--tick` second ticks.  The workload writes its own MiB/s (over the tick's
-measurement window, refreshed every 0.1 s) to the subsystem's ``objective``
-file, so the objective of every row is the application's throughput, not the
-device's MB/s (which wasted readahead inflates: strided at 4 MiB readahead
-moves ~10x the bytes it uses).  The trainer (`trainers.worker.run_worker`,
-LightGBM) runs in a thread for `--train-seconds` while the phases cycle, with
-the model pinned in ``learning`` mode (``learning_share`` `--learning-share`,
-so most ticks explore); then the trainer is stopped and its uploaded policy
-stays loaded in the proxy, which runs it itself each tick.  The phase is not
-told to mlfs: the policy sees only the backend's device features of the
-previous tick (mean request size, I/Os, merges, MB/s, await...).
+1. A sweep (no daemon, sysfs written directly, every value of `--grid`)
+   picks the best static value: the highest overall throughput.
+2. mlfs mounts with a configuration serving ``linux.block.<loop>`` with
+   ``apply = {read_ahead_kb = [0, 4096]}``, block tracepoints on (the
+   ``trace_*`` features: a sequential scan has long contiguous runs at any
+   read_ahead_kb) and `--tick` second ticks.  The workload writes its own
+   MiB/s (over the tick's measurement window, refreshed every 0.1 s) to the
+   subsystem's ``objective``, so every row's objective is the application's
+   throughput, not the device's MB/s (which wasted read-around inflates).
+   The trainer (`trainers.worker.run_worker`, LightGBM, ``relative`` error:
+   the phases' throughputs differ 30x) runs in a thread for
+   `--train-seconds` while the phases cycle, the model pinned in
+   ``learning`` mode (share `--learning-share`), each exploration lasting
+   `--explore-ticks` ticks; then its uploaded policy stays loaded in the
+   proxy, which runs it itself each tick.  The phase is never told to mlfs:
+   the policy sees the previous tick's device and trace features only.
+3. Evaluation, in the same mount: each cycle runs all phases under one
+   condition, then under the next, the order rotating per cycle, so the
+   shared VM's drifts (which move a single run by up to 2x) hit all three
+   alike, every visit follows a different phase (the policy's first tick of
+   a visit decides on the previous phase's features, as in real use), and
+   the daemon's overhead is in every condition:
 
-Evaluation, in the same mount, every phase visit measured under the three
-conditions in turn (so the shared VM's drifts, which move a single run by up
-to 2x, hit all three alike, and the daemon's overhead is in all three):
-
-- ``best static``: the model pinned in ``recommendation`` mode
-  (``recommendation_probe = 0``) with a recommendation without ttl;
-- ``default``: the model pinned in ``emergency``: the default algorithm, the
-  value in place when mlfs started (`--default-kb`, the kernel's stock 128
-  KiB; a direct-io loop device starts at its io_opt-based value, e.g. 2560);
-- ``mlfs``: the model pinned in ``recommendation``, its policy deciding every
-  tick from the previous tick's features (at a visit's start: a default tick
-  of the same phase).
+   - ``default``: the model pinned in ``emergency``: the default algorithm,
+     the value in place when mlfs started (`--default-kb`, the kernel's
+     stock 128 KiB; a direct-io loop device starts at its io_opt-based
+     value, e.g. 2560);
+   - ``best static``: the model pinned in ``recommendation``
+     (``recommendation_probe = 0``) with a recommendation without ttl;
+   - ``mlfs``: the model pinned in ``recommendation``, its policy deciding
+     every tick.
 
 `--repeats` runs of `--cycles` cycles give the spread.
 
-Output: application MiB/s per phase and overall (bytes over time), median and
-[min, max] over the runs, the ratio to the default, and for mlfs the
-read_ahead_kb it chose in each phase.  Everything is undone at the end (even
-on Ctrl-C): the daemon is unmounted and ended by its pid, the loop device's
-read_ahead_kb is checked to be its original again, the file system is
-unmounted and the loop device detached.  Needs root, losetup, mkfs.ext4, FUSE.
+Output: application MiB/s per phase and overall, median and [min, max] over
+the runs, the ratio to the default, and for mlfs the read_ahead_kb it chose
+in each phase.  Everything is undone at the end (even on Ctrl-C or SIGTERM):
+the daemon is unmounted and ended by its pid, the loop device's
+read_ahead_kb is checked to be its original again, the workload process
+ends, the cgroup is removed, the file system unmounted and the loop device
+detached.  Needs root, losetup, mkfs.ext4, FUSE, bpftrace, a memory cgroup.
 
-    .venv/bin/python -m tests.bench.readahead_win --quick   # < 3 minutes
-    .venv/bin/python -m tests.bench.readahead_win           # < 15 minutes
+    .venv/bin/python -m tests.bench.readahead_win --quick   # ~6 minutes
+    .venv/bin/python -m tests.bench.readahead_win           # ~25 minutes
 """
 
 from __future__ import annotations
@@ -195,6 +209,28 @@ class Workload:
                 os.close(fd)
         return done
 
+    def _mapped_reader(self, until: Callable[[int], bool],
+                       read: Callable[[mmap.mmap], int]) -> int:
+        """`_reader` for a mapping: a new one per open.  A mapping holds the file it
+        was made from, with that file's readahead state, so keeping one across
+        re-opens (the fd number is reused) would freeze read_ahead_kb at its first."""
+        done = 0
+        while not until(done):
+            fd = os.open(self.path, os.O_RDONLY)
+            try:
+                view = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
+            finally:
+                os.close(fd)  # the mapping keeps the file open until it is closed
+            try:
+                reopen = time.monotonic() + REOPEN_SECONDS
+                while time.monotonic() < reopen and not until(done):
+                    n = read(view)
+                    done += n
+                    self.done += n
+            finally:
+                view.close()
+        return done
+
     def sequential(self, until: Callable[[int], bool]) -> int:
         def read(fd: int) -> int:
             n = 0
@@ -225,24 +261,13 @@ class Workload:
         self.seed += 1
         rng = random.Random(self.seed)
         pages = self.size // PAGE
-        maps: dict[int, mmap.mmap] = {}
 
-        def read(fd: int) -> int:
-            if fd not in maps:
-                for old in maps.values():
-                    old.close()
-                maps.clear()
-                maps[fd] = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
-            view = maps[fd]
+        def read(view: mmap.mmap) -> int:
             for _ in range(16):
                 view[rng.randrange(pages) * PAGE]
             return 16 * PAGE
 
-        try:
-            return self._reader(until, read)
-        finally:
-            for view in maps.values():
-                view.close()
+        return self._mapped_reader(until, read)
 
     def visit(self, phase: str, seconds: float, budget: int | None) -> tuple[int, float]:
         """One phase visit from a cold cache, until `budget` bytes were read (or, with
