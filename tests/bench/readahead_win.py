@@ -195,40 +195,39 @@ class Workload:
     # read_ahead_kb into a file's readahead state at open (file_ra_state_init),
     # so a device-level knob never reaches a file descriptor opened before it
     # changed.
-    def _reader(self, until: Callable[[int], bool], read: Callable[[int], int]) -> int:
-        done = 0
-        while not until(done):
-            fd = os.open(self.path, os.O_RDONLY)
+    @contextmanager
+    def _opened(self, mapped: bool) -> Iterator:
+        """The file opened anew: its fd, or with `mapped` a fresh read-only mapping.
+
+        A mapping holds the file it was made from, with that file's readahead
+        state, so a mapping kept across re-opens would freeze read_ahead_kb.
+        """
+        fd = os.open(self.path, os.O_RDONLY)
+        if not mapped:
             try:
-                reopen = time.monotonic() + REOPEN_SECONDS
-                while time.monotonic() < reopen and not until(done):
-                    n = read(fd)
-                    done += n
-                    self.done += n
+                yield fd
             finally:
                 os.close(fd)
-        return done
+            return
+        try:
+            view = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
+        finally:
+            os.close(fd)  # the mapping keeps the file open until it is closed
+        try:
+            yield view
+        finally:
+            view.close()
 
-    def _mapped_reader(self, until: Callable[[int], bool],
-                       read: Callable[[mmap.mmap], int]) -> int:
-        """`_reader` for a mapping: a new one per open.  A mapping holds the file it
-        was made from, with that file's readahead state, so keeping one across
-        re-opens (the fd number is reused) would freeze read_ahead_kb at its first."""
+    def _reader(self, until: Callable[[int], bool], read: Callable, mapped: bool = False
+                ) -> int:
         done = 0
         while not until(done):
-            fd = os.open(self.path, os.O_RDONLY)
-            try:
-                view = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
-            finally:
-                os.close(fd)  # the mapping keeps the file open until it is closed
-            try:
+            with self._opened(mapped) as handle:
                 reopen = time.monotonic() + REOPEN_SECONDS
                 while time.monotonic() < reopen and not until(done):
-                    n = read(view)
+                    n = read(handle)
                     done += n
                     self.done += n
-            finally:
-                view.close()
         return done
 
     def sequential(self, until: Callable[[int], bool]) -> int:
@@ -267,7 +266,7 @@ class Workload:
                 view[rng.randrange(pages) * PAGE]
             return 16 * PAGE
 
-        return self._mapped_reader(until, read)
+        return self._reader(until, read, mapped=True)
 
     def visit(self, phase: str, seconds: float, budget: int | None) -> tuple[int, float]:
         """One phase visit from a cold cache, until `budget` bytes were read (or, with
