@@ -495,7 +495,8 @@ def run_mlfs(args: argparse.Namespace, work: WorkloadProcess, device: str, root:
         def train() -> None:
             stats.update(run_worker(str(mount.mountpoint), sub_name, MODEL, stop=stop,
                                     max_seconds=args.train_seconds + 60, log=log,
-                                    learning_ttl=args.explore_ticks, relative=True))
+                                    learning_ttl=args.explore_ticks, relative=True,
+                                    seed=args.seed))
 
         trainer = threading.Thread(target=train, name="trainer", daemon=True)
         trainer.start()
@@ -701,6 +702,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--default-kb", type=int, default=128,
                         help="the default read_ahead_kb (the kernel's stock 128 KiB; a loop "
                              "device may start with more); -1: keep the device's own")
+    parser.add_argument("--seed", type=int, default=0, help="the trainer's seed")
     parser.add_argument("--json", help="write all results to this file")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
