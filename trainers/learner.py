@@ -182,7 +182,7 @@ class KnobLearner:
         n_combos = math.prod(len(g) for g in self.grids)
         self._full_grid = n_combos <= MAX_CANDIDATES
         if self._full_grid:
-            # itertools.product order = the proxy's candidate order (first argmax wins)
+            # itertools.product order = the proxy's candidate order (ties: nearest the default)
             self._combo_codes = np.array(
                 [[self._encode(k, v) for k, v in zip(self.knobs, c, strict=True)]
                  for c in itertools.product(*self.grids)], dtype=np.float64)
@@ -545,8 +545,26 @@ class KnobLearner:
         return self.booster.predict(self._rows(features, codes),
                                     num_threads=self.params["num_threads"])
 
-    def _best_index(self, scores: np.ndarray) -> int:
-        return int(np.argmax(scores) if self.goal == "max" else np.argmin(scores))
+    def _best_index(self, scores: np.ndarray, codes: np.ndarray) -> int:
+        """The best score; among exact ties the setting nearest the default.
+
+        The proxy's rule (mlfs.core.policy.distance_from_default): trees predict
+        the same for every value beyond their last split, and the grid's first
+        value (read_ahead_kb 0) is not a safe guess for values never tried.
+        """
+        top = scores.max() if self.goal == "max" else scores.min()
+        tied = np.flatnonzero(scores == top)
+        return int(tied[np.argmin(self._distance(codes[tied]))])
+
+    def _distance(self, codes: np.ndarray) -> np.ndarray:
+        total = np.zeros(len(codes))
+        for j, knob in enumerate(self.knobs):
+            default = self.default_setting[j]
+            if self.knob_specs[knob]["type"] == "choice":
+                total += codes[:, j] != default
+            else:
+                total += np.abs(np.log2(1 + np.abs(codes[:, j])) - np.log2(1 + abs(default)))
+        return total
 
     def _decode_setting(self, codes: Sequence[float]) -> dict[str, KnobValue]:
         return {k: self._decode(k, c) for k, c in zip(self.knobs, codes, strict=True)}
@@ -563,7 +581,7 @@ class KnobLearner:
                 codes = np.repeat(current[None, :], len(values), axis=0)
                 codes[:, j] = values
                 pred = self._predict_codes(features, codes)
-                i = self._best_index(pred)
+                i = self._best_index(pred, codes)
                 best = float(pred[i])
                 if codes[i, j] != current[j]:
                     current[j] = codes[i, j]
@@ -584,8 +602,9 @@ class KnobLearner:
                   ) -> tuple[dict[str, KnobValue], float]:
         """The best knob setting for this state and its predicted objective.
 
-        Evaluates the candidate grid in the proxy's order and takes the first
-        argmax (argmin for goal "min"), as the policy will.  `latest_features`
+        Evaluates the candidate grid and takes the argmax (argmin for goal
+        "min"), exact ties going to the setting nearest the default, as the
+        policy will.  `latest_features`
         defaults to the newest dataset row seen.
         """
         if self.booster is None:
@@ -593,7 +612,7 @@ class KnobLearner:
         features = self._feature_vector(latest_features)
         if self._full_grid:
             pred = self._predict_codes(features, self._combo_codes)
-            i = self._best_index(pred)
+            i = self._best_index(pred, self._combo_codes)
             return self._decode_setting(self._combo_codes[i]), float(pred[i])
         codes, value = self._coordinate_search(features, self.default_setting)
         return self._decode_setting(codes), value

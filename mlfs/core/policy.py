@@ -52,6 +52,19 @@ def candidate_values(knob: Knob) -> list[KnobValue]:
     return ordered
 
 
+def distance_from_default(knob: Knob, value: KnobValue) -> float:
+    """How far a candidate moves a knob from its default: log2 steps, or 1 for another choice.
+
+    Ties between candidates are broken towards the default (trainers.learner
+    uses the same rule): a tree model predicts the same for every value
+    beyond the last split it learnt, so "first in the grid wins" would pick
+    the grid's extreme (read_ahead_kb 0) for values it never saw.
+    """
+    if knob.type == "choice":
+        return 0.0 if value == knob.default else 1.0
+    return abs(math.log2(1 + abs(int(value))) - math.log2(1 + abs(int(knob.default))))
+
+
 def encode_knob(knob: Knob, value: KnobValue) -> float:
     if knob.type == "choice":
         return float(knob.choices.index(str(value)))
@@ -105,6 +118,8 @@ class Policy:
         self.candidates = [dict(zip(used, combo, strict=True)) for combo in combos]
         self._knob_by_column = knob_by_column
         self._used = used
+        self._distance = np.array([sum(distance_from_default(knob_by_column[c], cand[c])
+                                       for c in used) for cand in self.candidates])
         self._matrix = np.zeros((len(combos), len(self.feature_names)), dtype=np.float64)
         for j, name in enumerate(self.feature_names):
             if name in used:
@@ -128,7 +143,9 @@ class Policy:
                 value = features.get(name, math.nan)
                 matrix[:, j] = value if value is not None else math.nan
         predictions = self.booster.predict(matrix, num_threads=1)
-        best = int(np.argmax(predictions) if self.goal == "max" else np.argmin(predictions))
+        top = predictions.max() if self.goal == "max" else predictions.min()
+        tied = np.flatnonzero(predictions == top)
+        best = int(tied[np.argmin(self._distance[tied])])  # a tie: the least change
         choice = {self._knob_by_column[c].name: self.candidates[best][c] for c in self._used}
         self.decisions += 1
         self.seconds += time.perf_counter() - started

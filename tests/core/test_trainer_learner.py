@@ -16,6 +16,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from backends.base import Knob
+from mlfs.core.policy import Policy
 from trainers.learner import KnobLearner, candidate_values, knob_column
 
 INFO = {
@@ -132,18 +134,13 @@ def make_feedback(learner: KnobLearner, n: int, seed: int, bias: float) -> pa.Ta
 
 
 def proxy_argmax(text: str, features: dict, goal: str = "max") -> tuple[int, float]:
-    """What the proxy does with a policy: one row per candidate, in feature_name() order."""
-    booster = lgb.Booster(model_str=text)
-    names = booster.feature_name()
-    matrix = np.zeros((len(GRID), len(names)))
-    for j, name in enumerate(names):
-        if name == "knob_read_ahead_kb":
-            matrix[:, j] = GRID
-        else:
-            matrix[:, j] = features[name]
-    pred = booster.predict(matrix)
-    best = int(np.argmax(pred) if goal == "max" else np.argmin(pred))
-    return int(GRID[best]), float(pred[best])
+    """What the proxy does with a policy: its own `Policy`, on the same knob."""
+    spec = INFO["knobs"]["read_ahead_kb"]
+    knob = Knob("read_ahead_kb", "int", spec["default"], spec["min"], spec["max"])
+    policy = Policy(text.encode("ascii"), {"read_ahead_kb": knob}, ["read_ahead_kb"],
+                    FEATURES, goal)
+    choice, predicted = policy.decide(features, {"read_ahead_kb": spec["default"]})
+    return int(choice["read_ahead_kb"]), predicted
 
 
 @pytest.fixture(scope="module")
@@ -367,3 +364,22 @@ def test_relative_error_finds_the_best_knob_of_a_phase_a_hundred_times_slower() 
         assert near(knobs["read_ahead_kb"], best), (phase, knobs)
         # the prediction stays in the objective's units (the proxy's `expected`)
         assert expected == pytest.approx(peak / scale, rel=0.3), (phase, expected)
+
+
+def test_ties_go_to_the_setting_nearest_the_default_not_the_grids_first() -> None:
+    # explored only 32..256, smaller always better: the trees say nothing about
+    # 0..16 but predict them the same as 32; the first candidate, 0, is a guess
+    rng = np.random.default_rng(3)
+    knob = rng.choice([32, 64, 128, 256], size=2000)
+    X = np.column_stack([rng.normal(size=(2000, len(FEATURES))), knob])
+    y = 100.0 - 10 * np.log2(knob) + rng.normal(0, 0.1, 2000)
+    booster = lgb.train({"objective": "regression", "verbose": -1, "min_data_in_leaf": 5},
+                        lgb.Dataset(X, label=y, feature_name=COLUMNS), num_boost_round=30)
+    text = booster.model_to_string()
+    feats = dict.fromkeys(FEATURES, 0.0)
+    value, _ = proxy_argmax(text, feats)
+    assert value == 32  # the best explored value, not the unexplored 0
+    learner = KnobLearner(INFO)
+    learner.booster = booster
+    knobs, _ = learner.recommend(feats)
+    assert knobs["read_ahead_kb"] == 32  # the trainer breaks ties as the proxy does
