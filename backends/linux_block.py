@@ -19,8 +19,9 @@ read ended), ``trace_near_share`` (within 1 MiB of it), ``trace_run_kb`` (mean
 length of a contiguous run of requests), ``trace_readahead_share``
 (REQ_RAHEAD), ``trace_await_us`` and ``trace_slow_share`` (over 1 ms).  These
 tell a sequential stream from random faults whatever read_ahead_kb is, which
-the stat counters cannot.  Off by default: one bpftrace process per device
-costs ~50 MB and a second of start-up.  ``true`` refuses to start without
+the stat counters cannot.  The backend's own default is off; the embedded
+configuration (mlfs/default.toml) sets ``"auto"``.  Cost: one bpftrace
+process per device, ~100 MB RSS, ~0.4 s to attach.  ``true`` refuses to start without
 tracepoints; ``"auto"`` goes on without them (logged); when bpftrace dies
 later the trace_* features are NaN (missing) and a warning is logged once.
 
