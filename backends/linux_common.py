@@ -79,6 +79,7 @@ from typing import Literal
 from urllib.parse import quote
 
 from .base import Knob, KnobValue, Objective, Sample, Subsystem
+from .settings import SettingError
 
 log = logging.getLogger("mlfs.backends.linux")
 
@@ -292,6 +293,15 @@ def describe_rules(rules: Mapping[str, Rule]) -> str:
         else:
             parts.append(f"{name} in {{{', '.join(sorted(rule))}}}")
     return "applies " + "; ".join(parts) + " (others observe-only)"
+
+
+def check_measure(kwargs: Mapping[str, object], default_tick: float = 1.0) -> None:
+    """`measure_seconds` fits inside the tick (both already range-checked)."""
+    tick = kwargs.get("tick_seconds", default_tick)
+    measure = kwargs.get("measure_seconds")
+    if measure is not None and measure > tick:  # type: ignore[operator]
+        raise SettingError("measure_seconds", f"{measure:g} is longer than the tick "
+                           f"(tick_seconds {tick:g})")
 
 
 # ---- the ledger ----------------------------------------------------------------------

@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -74,21 +75,30 @@ def raise_read_ahead(mountpoint: Path, kb: int = READ_AHEAD_KB) -> int | None:
 
 def cmd_mount(args: argparse.Namespace) -> int:
     from .config import load_config
+    from .core import statedir
 
     mountpoint = Path(args.mountpoint)
     try:
         config = load_config(args.config)
-    except (OSError, ValueError) as exc:
-        print(f"mlfs: configuration: {exc}", file=sys.stderr)
+    except ValueError as exc:  # ConfigError: one line naming the file and the key
+        print(f"mlfs: {exc}", file=sys.stderr)
         return 2
     state_dir = Path(args.state_dir) if args.state_dir else default_state_dir(mountpoint)
-    if not mountpoint.is_dir():
-        try:
-            os.stat(mountpoint)
-        except OSError as exc:
-            if exc.errno != errno.ENOTCONN:
-                print(f"mlfs: {mountpoint}: not a directory", file=sys.stderr)
-                return 2
+    problem = _mountpoint_problem(mountpoint)
+    if problem:
+        print(f"mlfs: {mountpoint}: {problem}", file=sys.stderr)
+        return 2
+    try:
+        statedir.check(state_dir)
+    except statedir.FormatError as exc:
+        print(f"mlfs: {exc}", file=sys.stderr)
+        return 2
+    if not args.foreground:
+        other = statedir.live_daemon(state_dir)
+        if other is not None:
+            print(f"mlfs: {state_dir}: in use by the mlfs daemon {other} (see its mlfs.pid)",
+                  file=sys.stderr)
+            return 2
     if args.foreground:
         from . import daemon
 
@@ -117,6 +127,22 @@ def cmd_mount(args: argparse.Namespace) -> int:
     tail = (state_dir / "mlfs.log").read_text(errors="replace").splitlines()[-15:]
     print("\n".join(tail), file=sys.stderr)
     return 1
+
+
+def _mountpoint_problem(mountpoint: Path) -> str | None:
+    """Why `mountpoint` cannot be mounted on, or None (a stale mount is fine).
+
+    A mountpoint left by a daemon that was killed before its auto_unmount
+    helper could clean up answers ENOTCONN to everything; the daemon clears
+    it (`clean_stale_mount`) before mounting, so it is not a problem here.
+    """
+    try:
+        st = os.stat(mountpoint)
+    except OSError as exc:
+        if exc.errno == errno.ENOTCONN:
+            return None
+        return os.strerror(exc.errno or errno.EIO)
+    return None if stat.S_ISDIR(st.st_mode) else "not a directory"
 
 
 def cmd_umount(args: argparse.Namespace) -> int:
