@@ -74,12 +74,13 @@ def raise_read_ahead(mountpoint: Path, kb: int = READ_AHEAD_KB) -> int | None:
 
 
 def cmd_mount(args: argparse.Namespace) -> int:
-    from .config import load_config
+    from .config import check_host, load_config
     from .core import statedir
 
     mountpoint = Path(args.mountpoint)
     try:
         config = load_config(args.config)
+        check_host(config)
     except ValueError as exc:  # ConfigError: one line naming the file and the key
         print(f"mlfs: {exc}", file=sys.stderr)
         return 2
@@ -167,6 +168,38 @@ def cmd_umount(args: argparse.Namespace) -> int:
           file=sys.stderr)
     subprocess.run(["fusermount3", "-u", "-z", str(mountpoint)], check=False)
     return 1
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    """Put back every original knob value a state directory's ledger recorded."""
+    import logging
+
+    from backends.linux_common import restore_state_dir
+
+    from .core import statedir
+
+    state_dir = Path(args.state_dir)
+    if not state_dir.is_dir():
+        print(f"mlfs: {state_dir}: no such state directory", file=sys.stderr)
+        return 2
+    other = statedir.live_daemon(state_dir)
+    if other is not None:
+        print(f"mlfs: {state_dir}: the mlfs daemon {other} still serves it; "
+              f"`mlfs umount` restores its knobs", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.ERROR, format="mlfs restore: %(message)s")
+    outcomes = restore_state_dir(state_dir)
+    if not outcomes:
+        print(f"mlfs: {state_dir}: no original knob value recorded; nothing to restore")
+        return 0
+    for path, outcome, ok in outcomes:
+        print(f"{path}: {outcome}", file=sys.stdout if ok else sys.stderr)
+    failed = sum(not ok for _, _, ok in outcomes)
+    if failed:
+        print(f"mlfs: {failed} of {len(outcomes)} could not be restored (see above)",
+              file=sys.stderr)
+        return 1
+    return 0
 
 
 def _zombie(pid: int) -> bool:
@@ -258,6 +291,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("mountpoint")
     p.add_argument("--timeout", type=float, default=60.0)
     p.set_defaults(func=cmd_umount)
+    p = sub.add_parser("restore", help="put back every original knob value a state "
+                       "directory recorded (the daemon gone for good), without mounting")
+    p.add_argument("--state-dir", required=True)
+    p.set_defaults(func=cmd_restore)
     p = sub.add_parser("status", help="subsystems, models, modes, efficiency")
     p.add_argument("mountpoint", nargs="?")  # optional only so `--watch MOUNTPOINT` works
     p.add_argument("--json", action="store_true",

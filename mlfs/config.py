@@ -155,14 +155,23 @@ def _section(cls: type, data: object, where: str):
 
 
 def _check_mount(mount: MountConfig) -> None:
-    """What a range cannot say: the group exists, the address is not empty."""
+    """What a range cannot say: the address is not empty."""
     if not mount.metrics_address:
         raise ValueError("mount.metrics_address: empty (127.0.0.1 serves loopback only)")
-    if mount.group:
+
+
+def check_host(config: Config) -> None:
+    """What only the host that mounts can tell: the configured group exists.
+
+    Separate from `parse_config`, so a configuration written for another host
+    (a container image's) can still be read and checked here.
+    """
+    if config.mount.group:
         try:
-            grp.getgrnam(mount.group)
+            grp.getgrnam(config.mount.group)
         except KeyError:
-            raise ValueError(f"mount.group: no group {mount.group!r} on this host") from None
+            raise ConfigError(f"{config.source}: mount.group: no group "
+                              f"{config.mount.group!r} on this host") from None
 
 
 def _check_subsystems(entries: list) -> None:
@@ -186,7 +195,7 @@ def _check_subsystems(entries: list) -> None:
             raise ValueError(f"{label}: {exc}") from None
         for name in names:
             problem = subsystem_name_problem(name)
-            key = "name" if "name" in entry else "devices" if "devices" in entry else "backend"
+            key = "devices" if entry.get("backend") == "linux.block" else "name"
             if problem:
                 raise ValueError(f"{label}: {key}: {problem}")
             if name in seen:
