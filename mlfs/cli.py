@@ -95,7 +95,7 @@ def cmd_mount(args: argparse.Namespace) -> int:
         print(f"mlfs: {exc}", file=sys.stderr)
         return 2
     if not args.foreground:
-        other = statedir.live_daemon(state_dir)
+        other = statedir.live_daemon(state_dir, repair=False)
         if other is not None:
             print(f"mlfs: {state_dir}: in use by the mlfs daemon {other} (see its mlfs.pid)",
                   file=sys.stderr)
@@ -182,7 +182,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
     if not state_dir.is_dir():
         print(f"mlfs: {state_dir}: no such state directory", file=sys.stderr)
         return 2
-    other = statedir.live_daemon(state_dir)
+    other = statedir.live_daemon(state_dir, repair=False)
     if other is not None:
         print(f"mlfs: {state_dir}: the mlfs daemon {other} still serves it; "
               f"`mlfs umount` restores its knobs", file=sys.stderr)

@@ -177,11 +177,12 @@ def _mlfs_mount_process(pid: int) -> bool:
     return any("mlfs" in a for a in args[:3]) and "mount" in args
 
 
-def live_daemon(state_dir: Path) -> int | None:
+def live_daemon(state_dir: Path, repair: bool = True) -> int | None:
     """The pid of a running mlfs daemon serving `state_dir` (its `mlfs.pid`), or None.
 
-    A pid file that is not one whole number is set aside with a log line:
-    it says nothing, and must not stop a mount.
+    A pid file that is not one whole number says nothing and must not stop a
+    mount: with `repair` (the daemon, which logs to mlfs.log) it is set aside
+    with a log line; without (a command's read-only look) it is ignored.
     """
     path = Path(state_dir) / PID_FILE
     try:
@@ -191,7 +192,8 @@ def live_daemon(state_dir: Path) -> int | None:
     except (OSError, ValueError) as exc:
         text = f"\0{exc}"
     if not (text.isdigit() and 0 < int(text) < 1 << 22):
-        set_aside(path, f"not a process id: {text[:40]!r}")
+        if repair:
+            set_aside(path, f"not a process id: {text[:40]!r}")
         return None
     pid = int(text)
     if pid == os.getpid():
