@@ -31,6 +31,10 @@ kernel (vm.* sysctls, block-queue attributes), so mlfs promises:
    (the reboot reset the kernel).  A restore that fails (EINVAL, EBUSY) keeps
    its entry for the next start; a file that no longer exists (a detached
    device) drops it.
+   An entry is validated when read (a kernel path under /sys or /proc/sys,
+   string values, ...); a damaged one is set aside (`.damaged`, with a log
+   line naming the original it still holds), never restored automatically,
+   and never lost: `mlfs restore` (`restore_state_dir`) reads it.
 4. **Someone else's change wins.**  When the value read back differs from the
    one mlfs last wrote, another party changed it: mlfs drops the ledger
    entry without restoring (the other party owns the setting now), never
