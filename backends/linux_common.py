@@ -407,9 +407,11 @@ class Ledger:
             if problem is None and file != self.file(entry["path"]):
                 problem = f"its path {entry['path']!r} does not match the file name"
             if problem is not None:
-                found = describe_salvage(salvage(text))
-                log.error("ledger: %s is damaged (%s); original still readable: %s "
-                          "(`mlfs restore` puts it back)", file.name, problem, found)
+                found = salvage(text)
+                hint = (" (`mlfs restore` puts it back)"
+                        if "path" in found and "original" in found else "")
+                log.error("ledger: %s is damaged (%s); original still readable: %s%s",
+                          file.name, problem, describe_salvage(found), hint)
                 set_aside(file, problem)
                 continue
             out.append(entry)

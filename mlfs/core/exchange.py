@@ -28,7 +28,7 @@ from .durable import set_aside
 from .errors import Refused, invalid
 from .events import EventBus
 from .proxy import Decision, ModelProxy
-from .statedir import subsystem_dir
+from .statedir import read_word, subsystem_dir
 from .store import Portion, PortionStore
 from .text import MODEL_NAME, column_name, knob_column, one_word, parse_float
 
@@ -64,17 +64,13 @@ class SubsystemRuntime:
                                     exchange.config.store.dataset())
         self._tick_path = self.directory / "tick_reserved"
         last = self.dataset.last_key if self.dataset.last_key is not None else -1
-        reserved = 0
-        try:
-            text = self._tick_path.read_text(encoding="ascii").strip()
-        except FileNotFoundError:
-            text = "0"
-        except (OSError, ValueError) as exc:
-            text = f"unreadable: {exc}"
-        if text.isdigit() and int(text) < 1 << 62:
+        text, why = read_word(self._tick_path)
+        if text is None and not why:
+            reserved = 0
+        elif text is not None and text.isdigit() and int(text) < 1 << 62:
             reserved = int(text)
         else:  # a damaged mark: never reuse a tick, so skip a whole reserve
-            set_aside(self._tick_path, f"not a tick number: {text[:40]!r}")
+            set_aside(self._tick_path, why or f"not a tick number: {text[:40]!r}")
             reserved = last + 1 + TICK_RESERVE
         self.next_tick = max(reserved, last + 1)
         self._reserved = self.next_tick

@@ -69,6 +69,21 @@ def subsystem_dir(state_dir: Path, name: str) -> Path:
     return directory
 
 
+def read_word(path: Path) -> tuple[str | None, str]:
+    """A small state file's stripped ASCII text, or (None, why it cannot be read).
+
+    (None, "") when the file does not exist.
+    """
+    try:
+        return Path(path).read_text(encoding="ascii").strip(), ""
+    except FileNotFoundError:
+        return None, ""
+    except OSError as exc:
+        return None, f"unreadable: {exc.strerror or exc}"
+    except ValueError:
+        return None, "not ASCII text"
+
+
 # ---- the format version ----------------------------------------------------------
 def _is_empty(state_dir: Path) -> bool:
     """A state directory nothing has been kept in yet (a log alone keeps nothing)."""
@@ -87,15 +102,12 @@ def read_version(state_dir: Path) -> int:
     """
     state_dir = Path(state_dir)
     path = state_dir / FORMAT_FILE
-    try:
-        text = path.read_text(encoding="ascii").strip()
-    except FileNotFoundError:
+    text, why = read_word(path)
+    if text is None and not why:
         return FORMAT_VERSION if _is_empty(state_dir) else 1
-    except (OSError, ValueError) as exc:
-        text = f"\0{exc}"
-    if text.isdigit() and 1 <= int(text) < 1 << 31:
+    if text is not None and text.isdigit() and 1 <= int(text) < 1 << 31:
         return int(text)
-    set_aside(path, f"not a format version: {text[:40]!r}")
+    set_aside(path, why or f"not a format version: {text[:40]!r}")
     return 1
 
 
@@ -104,12 +116,8 @@ def check(state_dir: Path) -> int:
 
     Reads only: `mlfs mount` calls it before forking, to refuse in one line.
     """
-    path = Path(state_dir) / FORMAT_FILE
-    try:
-        text = path.read_text(encoding="ascii").strip()
-    except (OSError, ValueError):
-        return 1
-    version = int(text) if text.isdigit() else 1
+    text, _ = read_word(Path(state_dir) / FORMAT_FILE)
+    version = int(text) if text is not None and text.isdigit() else 1
     if version > FORMAT_VERSION:
         raise _too_new(state_dir, version)
     return version
@@ -185,15 +193,12 @@ def live_daemon(state_dir: Path, repair: bool = True) -> int | None:
     with a log line; without (a command's read-only look) it is ignored.
     """
     path = Path(state_dir) / PID_FILE
-    try:
-        text = path.read_text(encoding="ascii").strip()
-    except FileNotFoundError:
+    text, why = read_word(path)
+    if text is None and not why:
         return None
-    except (OSError, ValueError) as exc:
-        text = f"\0{exc}"
-    if not (text.isdigit() and 0 < int(text) < 1 << 22):
+    if text is None or not (text.isdigit() and 0 < int(text) < 1 << 22):
         if repair:
-            set_aside(path, f"not a process id: {text[:40]!r}")
+            set_aside(path, why or f"not a process id: {text[:40]!r}")
         return None
     pid = int(text)
     if pid == os.getpid():
