@@ -82,10 +82,24 @@ from .linux_common import (
     KnobSpec,
     LinuxSubsystem,
     UnavailableError,
+    check_measure,
     parse_apply,
     parse_bracketed,
     rate,
     read_text,
+)
+from .settings import (
+    MAX_TICK_SECONDS,
+    Schema,
+    SettingError,
+    boolean_or,
+    check_settings,
+    list_of,
+    number,
+    table,
+    text,
+    tick_seconds,
+    word,
 )
 
 __all__ = ["FEATURES", "LinuxBlock", "SYS_BLOCK", "auto_devices", "specs_for"]
@@ -112,8 +126,17 @@ FEATURES: dict[str, str] = {
     )
 }
 
-_SETTINGS = {"devices", "tick_seconds", "measure_seconds", "objective", "goal", "apply",
-             "state_dir", "tracepoints"}
+#: `[[subsystem]] backend = "linux.block"`: every setting and its range
+SETTINGS: Schema = {
+    "devices": lambda value: value if value == "auto" else _DEVICES(value),
+    "tick_seconds": tick_seconds(),
+    "measure_seconds": number(0.0, MAX_TICK_SECONDS),  # and <= tick_seconds
+    "objective": word(*FEATURES, *blktrace.TRACE_FEATURES),
+    "goal": word("max", "min"),
+    "apply": table(),
+    "tracepoints": boolean_or("auto"),
+}
+_DEVICES = list_of(text(64), 1, 4096, unique=True)
 
 
 def specs_for(device: str) -> dict[str, KnobSpec]:
@@ -267,12 +290,38 @@ def current_scheduler(device: str) -> str:
     return parse_bracketed(read_text(SYS_BLOCK / device / "queue" / "scheduler"))[0]
 
 
+def check(settings: dict) -> tuple[dict, list[str]]:
+    """The checked settings and the subsystem names they make; SettingError.
+
+    A named device must be a whole disk now; `apply` is checked against each
+    device's hard bounds and the schedulers its kernel offers.  With
+    `devices = "auto"` the names are those of today's disks.
+    """
+    kwargs = check_settings(settings, SETTINGS)
+    check_measure(kwargs)
+    devices = kwargs.get("devices", "auto")
+    named = devices != "auto"
+    for device in devices if named else auto_devices():
+        if named and (not DEVICE_NAME.fullmatch(device)
+                      or not (SYS_BLOCK / device / "stat").exists()):
+            raise SettingError("devices", f"{device!r} is not a whole disk in {SYS_BLOCK}")
+        specs = specs_for(device)
+        try:
+            choices = {"scheduler": specs["scheduler"].kernel_choices()}
+        except OSError:
+            continue  # not servable: the factory says so (named) or skips it (auto)
+        name = f"linux.block.{device}"
+        try:
+            parse_apply(kwargs.get("apply"), specs, name, choices)
+        except ValueError as exc:
+            raise SettingError("apply", str(exc), str(exc).removeprefix(f"{name}: ")) from None
+    names = [f"linux.block.{d}" for d in (devices if named else auto_devices())]
+    return kwargs, names
+
+
 def factory(settings: dict) -> list[LinuxBlock]:
     """`[[subsystem]] backend = "linux.block"`: one subsystem per device."""
-    unknown = set(settings) - _SETTINGS
-    if unknown:
-        raise ValueError(f"linux.block: unknown setting(s) {', '.join(sorted(unknown))}")
-    kwargs = dict(settings)
+    kwargs, _ = check(settings)
     devices = kwargs.pop("devices", "auto")
     if devices == "auto":
         # What the user did not name must not stop the mount: a disk that cannot
@@ -284,8 +333,4 @@ def factory(settings: dict) -> list[LinuxBlock]:
             except UnavailableError as exc:  # configuration errors still stop the mount
                 log.warning("linux.block: skipping %s: %s", device, exc)
         return out
-    if not isinstance(devices, list) or not all(isinstance(d, str) for d in devices):
-        raise ValueError('linux.block: devices must be "auto" or a list of device names')
-    if len(set(devices)) != len(devices):
-        raise ValueError(f"linux.block: devices repeat: {devices}")
     return [LinuxBlock(device, **kwargs) for device in devices]

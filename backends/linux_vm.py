@@ -65,10 +65,22 @@ from pathlib import Path
 from .linux_common import (
     KnobSpec,
     LinuxSubsystem,
+    check_measure,
     parse_apply,
     rate,
     read_key_values,
     read_psi,
+)
+from .settings import (
+    MAX_TICK_SECONDS,
+    Schema,
+    SettingError,
+    check_settings,
+    number,
+    table,
+    text,
+    tick_seconds,
+    word,
 )
 
 __all__ = ["FEATURES", "LinuxVM", "SPECS"]
@@ -119,8 +131,16 @@ FEATURES: dict[str, str] = {
        for r in PSI_RESOURCES for kind in ("some", "full")},
 }
 
-_SETTINGS = {"name", "tick_seconds", "measure_seconds", "objective", "goal",
-             "critical_full_avg10", "apply", "state_dir"}
+#: `[[subsystem]] backend = "linux.vm"`: every setting and its range
+SETTINGS: Schema = {
+    "name": text(64),
+    "tick_seconds": tick_seconds(),
+    "measure_seconds": number(0.0, MAX_TICK_SECONDS),  # and <= tick_seconds
+    "objective": word(*FEATURES),
+    "goal": word("max", "min"),
+    "critical_full_avg10": number(0.0, 100.0),  # PSI avg10 is a percentage
+    "apply": table(),
+}
 
 
 class LinuxVM(LinuxSubsystem):
@@ -193,9 +213,19 @@ class LinuxVM(LinuxSubsystem):
         return None
 
 
+def check(settings: dict) -> tuple[dict, list[str]]:
+    """The checked constructor arguments and the one subsystem name; SettingError."""
+    kwargs = check_settings(settings, SETTINGS)
+    name = kwargs.get("name", "linux.vm")
+    check_measure(kwargs)
+    try:
+        parse_apply(kwargs.get("apply"), SPECS, name)
+    except ValueError as exc:
+        raise SettingError("apply", str(exc), str(exc).removeprefix(f"{name}: ")) from None
+    return kwargs, [name]
+
+
 def factory(settings: dict) -> list[LinuxVM]:
     """`[[subsystem]] backend = "linux.vm"`: one subsystem."""
-    unknown = set(settings) - _SETTINGS
-    if unknown:
-        raise ValueError(f"linux.vm: unknown setting(s) {', '.join(sorted(unknown))}")
-    return [LinuxVM(**settings)]
+    kwargs, _ = check(settings)
+    return [LinuxVM(**kwargs)]

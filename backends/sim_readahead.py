@@ -102,6 +102,16 @@ from collections.abc import Mapping
 import numpy as np
 
 from backends.base import Knob, KnobValue, Objective, Sample, Subsystem
+from backends.settings import (
+    Schema,
+    SettingError,
+    check_settings,
+    list_of,
+    number,
+    text,
+    tick_seconds,
+    word,
+)
 
 __all__ = [
     "FEATURES",
@@ -443,3 +453,37 @@ class SimReadahead(Subsystem):
             self._start_phase()
         return Sample(features=features, objective=objective, critical=critical, extra=extra)
 
+
+
+#: `[[subsystem]] backend = "sim.readahead"`: every setting and its range
+SETTINGS: Schema = {
+    "name": text(64),
+    "seed": number(0, 2**63 - 1, integer=True),  # numpy seeds are non-negative
+    "tick_seconds": tick_seconds(),
+    "phase_ticks": list_of(number(1, 10**9, integer=True), 2, 2),
+    # lognormal sigma: 1.0 already spreads one tick's throughput over 10x
+    "noise": number(0.0, 1.0),
+    # mem_pressure is a share in [0, 1]
+    "critical_pressure": number(0.0, 1.0),
+    "phases": list_of(word(*PHASES), 1, 64),
+}
+
+
+def check(settings: dict) -> tuple[dict, list[str]]:
+    """The checked constructor arguments and the one subsystem name; SettingError."""
+    kwargs = check_settings(settings, SETTINGS)
+    kwargs.pop("state_dir", None)  # nothing to restore: no ledger
+    if "phase_ticks" in kwargs:
+        lo, hi = kwargs["phase_ticks"]
+        if lo > hi:
+            raise SettingError("phase_ticks", f"[{lo}, {hi}] is not [min, max]")
+        kwargs["phase_ticks"] = (lo, hi)
+    if "phases" in kwargs:
+        kwargs["phases"] = tuple(kwargs["phases"])
+    return kwargs, [kwargs.get("name", "sim.readahead")]
+
+
+def factory(settings: dict) -> list[SimReadahead]:
+    """`[[subsystem]] backend = "sim.readahead"`: one subsystem."""
+    kwargs, _ = check(settings)
+    return [SimReadahead(**kwargs)]

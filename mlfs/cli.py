@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -73,22 +74,32 @@ def raise_read_ahead(mountpoint: Path, kb: int = READ_AHEAD_KB) -> int | None:
 
 
 def cmd_mount(args: argparse.Namespace) -> int:
-    from .config import load_config
+    from .config import check_host, load_config
+    from .core import statedir
 
     mountpoint = Path(args.mountpoint)
     try:
         config = load_config(args.config)
-    except (OSError, ValueError) as exc:
-        print(f"mlfs: configuration: {exc}", file=sys.stderr)
+        check_host(config)
+    except ValueError as exc:  # ConfigError: one line naming the file and the key
+        print(f"mlfs: {exc}", file=sys.stderr)
         return 2
     state_dir = Path(args.state_dir) if args.state_dir else default_state_dir(mountpoint)
-    if not mountpoint.is_dir():
-        try:
-            os.stat(mountpoint)
-        except OSError as exc:
-            if exc.errno != errno.ENOTCONN:
-                print(f"mlfs: {mountpoint}: not a directory", file=sys.stderr)
-                return 2
+    problem = _mountpoint_problem(mountpoint)
+    if problem:
+        print(f"mlfs: {mountpoint}: {problem}", file=sys.stderr)
+        return 2
+    try:
+        statedir.check(state_dir)
+    except statedir.FormatError as exc:
+        print(f"mlfs: {exc}", file=sys.stderr)
+        return 2
+    if not args.foreground:
+        other = statedir.live_daemon(state_dir, repair=False)
+        if other is not None:
+            print(f"mlfs: {state_dir}: in use by the mlfs daemon {other} (see its mlfs.pid)",
+                  file=sys.stderr)
+            return 2
     if args.foreground:
         from . import daemon
 
@@ -119,6 +130,22 @@ def cmd_mount(args: argparse.Namespace) -> int:
     return 1
 
 
+def _mountpoint_problem(mountpoint: Path) -> str | None:
+    """Why `mountpoint` cannot be mounted on, or None (a stale mount is fine).
+
+    A mountpoint left by a daemon that was killed before its auto_unmount
+    helper could clean up answers ENOTCONN to everything; the daemon clears
+    it (`clean_stale_mount`) before mounting, so it is not a problem here.
+    """
+    try:
+        st = os.stat(mountpoint)
+    except OSError as exc:
+        if exc.errno == errno.ENOTCONN:
+            return None
+        return os.strerror(exc.errno or errno.EIO)
+    return None if stat.S_ISDIR(st.st_mode) else "not a directory"
+
+
 def cmd_umount(args: argparse.Namespace) -> int:
     mountpoint = Path(args.mountpoint)
     pid = find_daemon(mountpoint)
@@ -141,6 +168,38 @@ def cmd_umount(args: argparse.Namespace) -> int:
           file=sys.stderr)
     subprocess.run(["fusermount3", "-u", "-z", str(mountpoint)], check=False)
     return 1
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    """Put back every original knob value a state directory's ledger recorded."""
+    import logging
+
+    from backends.linux_common import restore_state_dir
+
+    from .core import statedir
+
+    state_dir = Path(args.state_dir)
+    if not state_dir.is_dir():
+        print(f"mlfs: {state_dir}: no such state directory", file=sys.stderr)
+        return 2
+    other = statedir.live_daemon(state_dir, repair=False)
+    if other is not None:
+        print(f"mlfs: {state_dir}: the mlfs daemon {other} still serves it; "
+              f"`mlfs umount` restores its knobs", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.ERROR, format="mlfs restore: %(message)s")
+    outcomes = restore_state_dir(state_dir)
+    if not outcomes:
+        print(f"mlfs: {state_dir}: no original knob value recorded; nothing to restore")
+        return 0
+    for path, outcome, ok in outcomes:
+        print(f"{path}: {outcome}", file=sys.stdout if ok else sys.stderr)
+    failed = sum(not ok for _, _, ok in outcomes)
+    if failed:
+        print(f"mlfs: {failed} of {len(outcomes)} could not be restored (see above)",
+              file=sys.stderr)
+        return 1
+    return 0
 
 
 def _zombie(pid: int) -> bool:
@@ -232,6 +291,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("mountpoint")
     p.add_argument("--timeout", type=float, default=60.0)
     p.set_defaults(func=cmd_umount)
+    p = sub.add_parser("restore", help="put back every original knob value a state "
+                       "directory recorded (the daemon gone for good), without mounting")
+    p.add_argument("--state-dir", required=True)
+    p.set_defaults(func=cmd_restore)
     p = sub.add_parser("status", help="subsystems, models, modes, efficiency")
     p.add_argument("mountpoint", nargs="?")  # optional only so `--watch MOUNTPOINT` works
     p.add_argument("--json", action="store_true",

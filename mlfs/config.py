@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import grp
+import math
 import tomllib
 from dataclasses import dataclass, field, fields
 from importlib import resources
@@ -67,12 +69,6 @@ class MountConfig:
     metrics_port: int = 0
     metrics_address: str = "127.0.0.1"
 
-    def __post_init__(self) -> None:
-        if not 0 <= self.metrics_port <= 65535:
-            raise ValueError(f"mount.metrics_port: {self.metrics_port} is not 0..65535")
-        if not self.metrics_address:
-            raise ValueError("mount.metrics_address: empty (127.0.0.1 serves loopback only)")
-
 
 @dataclass(frozen=True)
 class Config:
@@ -83,11 +79,64 @@ class Config:
     source: str = "<embedded default>"
 
 
-def _section(cls: type, data: dict, where: str):
+class ConfigError(ValueError):
+    """A configuration mistake; str() is one line naming the file and the key."""
+
+
+#: the range of every number, "section.field" -> (lo, hi), both inclusive.  A
+#: number without an entry must be finite and >= 0 (no setting of these
+#: sections means anything negative); nan and inf are refused everywhere.
+RANGES: dict[str, tuple[float, float]] = {
+    # pyfuse3 starts 8 worker tasks (daemon.py): fewer as a maximum makes no sense
+    "mount.max_tasks": (8, 65536),
+    "mount.metrics_port": (0, 65535),
+    "store.seal_rows": (1, 10_000_000),
+    # a portion at most every 0.1 s per store; at least one a year
+    "store.seal_seconds": (0.1, 31_536_000),
+    "store.feedback_seal_seconds": (0.1, 31_536_000),
+    "store.journal_seal_seconds": (0.1, 31_536_000),
+    "store.retention_bytes": (1, 1 << 60),
+    "store.retention_count": (1, 1_000_000_000),
+    # shares of ticks
+    "modes.learning_share": (0.0, 1.0),
+    "modes.collaboration_share": (0.0, 1.0),
+    "modes.recommendation_probe": (0.0, 1.0),
+    # counts of ticks
+    "modes.window_ticks": (1, 10_000_000),
+    "modes.min_ml_ticks": (1, 10_000_000),
+    "modes.min_dwell_ticks": (1, 10_000_000),
+    "modes.emergency_cooldown_ticks": (1, 10_000_000),
+    # a ratio of two default ticks' objectives, max over min
+    "modes.unstable_baseline_ratio": (1.0, 1e6),
+    # efficiency thresholds (ML objective / default objective) and z-scores
+    "modes.to_collaboration": (0.0, 1e6),
+    "modes.to_recommendation": (0.0, 1e6),
+    "modes.demote_below": (0.0, 1e6),
+    "modes.collapse_below": (0.0, 1e6),
+    "modes.recommendation_confidence": (0.0, 1e6),
+    "modes.demote_confidence": (0.0, 1e6),
+    "modes.silence_seconds": (0.1, 1e9),
+}
+
+
+def _number_problem(value: int | float, where: str) -> str | None:
+    if not math.isfinite(value):
+        return f"{value} is not a finite number"
+    lo, hi = RANGES.get(where, (0, math.inf))
+    if not lo <= value <= hi:
+        return f"{value} is outside {lo}..{hi}" if hi != math.inf \
+            else f"{value} is below {lo}"
+    return None
+
+
+def _section(cls: type, data: object, where: str):
+    if not isinstance(data, dict):
+        raise ValueError(f"[{where}] must be a table")
     known = {f.name: f for f in fields(cls)}
     unknown = set(data) - set(known)
     if unknown:
-        raise ValueError(f"{where}: unknown setting(s) {', '.join(sorted(unknown))}")
+        raise ValueError(f"{where}: unknown setting(s) {', '.join(sorted(unknown))} "
+                         f"(known: {', '.join(known)})")
     values = {}
     for name, value in data.items():
         default = known[name].default
@@ -97,25 +146,88 @@ def _section(cls: type, data: dict, where: str):
             value = float(value)
         if not isinstance(default, bool) and type(default) is not type(value):
             raise ValueError(f"{where}.{name}: expected {type(default).__name__}")
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            problem = _number_problem(value, f"{where}.{name}")
+            if problem:
+                raise ValueError(f"{where}.{name}: {problem}")
         values[name] = value
     return cls(**values)
 
 
+def _check_mount(mount: MountConfig) -> None:
+    """What a range cannot say: the address is not empty."""
+    if not mount.metrics_address:
+        raise ValueError("mount.metrics_address: empty (127.0.0.1 serves loopback only)")
+
+
+def check_host(config: Config) -> None:
+    """What only the host that mounts can tell: the configured group exists.
+
+    Separate from `parse_config`, so a configuration written for another host
+    (a container image's) can still be read and checked here.
+    """
+    if config.mount.group:
+        try:
+            grp.getgrnam(config.mount.group)
+        except KeyError:
+            raise ConfigError(f"{config.source}: mount.group: no group "
+                              f"{config.mount.group!r} on this host") from None
+
+
+def _check_subsystems(entries: list) -> None:
+    """Every [[subsystem]] table checked whole, with safe and unique names."""
+    from backends import check_entry
+
+    from .core.statedir import subsystem_name_problem
+
+    seen: dict[str, int] = {}
+    for number, entry in enumerate(entries, 1):
+        if not isinstance(entry, dict):
+            raise ValueError(f"subsystem #{number}: must be a [[subsystem]] table")
+        label = f"subsystem #{number}"
+        if isinstance(entry.get("name"), str):
+            label += f" ({entry['name']})"
+        elif isinstance(entry.get("backend"), str):
+            label += f" ({entry['backend']})"
+        try:
+            names = check_entry(entry)
+        except ValueError as exc:
+            raise ValueError(f"{label}: {exc}") from None
+        for name in names:
+            problem = subsystem_name_problem(name)
+            key = "devices" if entry.get("backend") == "linux.block" else "name"
+            if problem:
+                raise ValueError(f"{label}: {key}: {problem}")
+            if name in seen:
+                raise ValueError(f"{label}: {key}: {name!r} is already the name of "
+                                 f"subsystem #{seen[name]}")
+            seen[name] = number
+
+
 def parse_config(text: str, source: str) -> Config:
-    data = tomllib.loads(text)
-    subsystems = data.pop("subsystem", [])
-    config = Config(
-        mount=_section(MountConfig, data.pop("mount", {}), "mount"),
-        store=_section(StoreConfig, data.pop("store", {}), "store"),
-        modes=_section(ModeConfig, data.pop("modes", {}), "modes"),
-        subsystems=tuple(subsystems),
-        source=source,
-    )
-    if data:
-        raise ValueError(f"unknown section(s) {', '.join(sorted(data))}")
-    for i, sub in enumerate(subsystems):
-        if "backend" not in sub:
-            raise ValueError(f"subsystem #{i + 1}: 'backend' is required")
+    """The checked configuration; ConfigError (one line, naming `source`) if wrong."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source}: not valid TOML: {exc}") from None
+    try:
+        subsystems = data.pop("subsystem", [])
+        if not isinstance(subsystems, list):
+            raise ValueError("subsystem: must be [[subsystem]] tables")
+        config = Config(
+            mount=_section(MountConfig, data.pop("mount", {}), "mount"),
+            store=_section(StoreConfig, data.pop("store", {}), "store"),
+            modes=_section(ModeConfig, data.pop("modes", {}), "modes"),
+            subsystems=tuple(subsystems),
+            source=source,
+        )
+        if data:
+            raise ValueError(f"unknown section(s) {', '.join(sorted(data))} "
+                             "(known: mount, store, modes, subsystem)")
+        _check_mount(config.mount)
+        _check_subsystems(subsystems)
+    except ValueError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
     return config
 
 
@@ -127,4 +239,9 @@ def load_config(path: str | Path | None) -> Config:
     """The configuration in `path`, or the embedded default when None."""
     if path is None:
         return parse_config(default_text(), "<embedded default>")
-    return parse_config(Path(path).read_text(), str(path))
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError(f"{path}: cannot read: {reason}") from None
+    return parse_config(text, str(path))

@@ -22,7 +22,7 @@ from backends import create_subsystems
 
 from . import __version__
 from .config import Config
-from .core import metrics
+from .core import metrics, statedir
 from .core.exchange import Exchange
 from .fs.operations import Operations
 from .http import serve_metrics
@@ -88,6 +88,15 @@ def serve(mountpoint: Path, config: Config, state_dir: Path, ready_fd: int | Non
     if is_mounted(mountpoint):
         log.error("%s is already mounted", mountpoint)
         return 1
+    other = statedir.live_daemon(state_dir)
+    if other is not None:
+        log.error("%s: in use by the mlfs daemon %d", state_dir, other)
+        return 2
+    try:
+        statedir.upgrade(state_dir)  # before anything reads the directory
+    except statedir.FormatError as exc:
+        log.error("%s", exc)
+        return 2
     exchange = Exchange(config, state_dir, create_subsystems(config.subsystems, state_dir))
     ops = Operations(exchange, version_text=f"mlfs {__version__}\n",
                      metrics=lambda: metrics.render(exchange),
@@ -96,8 +105,8 @@ def serve(mountpoint: Path, config: Config, state_dir: Path, ready_fd: int | Non
     options |= {"fsname=mlfs", "subtype=mlfs", "auto_unmount"}
     if config.mount.allow_other:
         options.add("allow_other")
-    pid_path = state_dir / "mlfs.pid"
-    pid_path.write_text(f"{os.getpid()}\n")
+    pid_path = state_dir / statedir.PID_FILE
+    statedir.write_pid(state_dir)
     pyfuse3.init(ops, str(mountpoint), options)
     unmounted = False
     try:

@@ -24,6 +24,9 @@ user, nofail, x-systemd.*, ...) are accepted and ignored; `ro` and anything
 else is refused (unless `-s`, sloppy, is given: then unknown ones are ignored
 with a warning).  `-f` (fake) checks the options and does nothing; `-v` prints
 the command it runs; `-n` is ignored.
+
+A configuration mistake is reported by `mlfs mount` before any daemon starts:
+one line on stderr naming the file and the key, exit status 2.
 """
 
 from __future__ import annotations

@@ -24,9 +24,11 @@ import trio
 from backends.base import KnobValue, Sample, Subsystem
 
 from .clock import now_us
+from .durable import set_aside
 from .errors import Refused, invalid
 from .events import EventBus
 from .proxy import Decision, ModelProxy
+from .statedir import read_word, subsystem_dir
 from .store import Portion, PortionStore
 from .text import MODEL_NAME, column_name, knob_column, one_word, parse_float
 
@@ -53,7 +55,7 @@ class SubsystemRuntime:
         self.exchange = exchange
         self.subsystem = subsystem
         self.name = subsystem.name
-        self.directory = exchange.state_dir / subsystem.name
+        self.directory = subsystem_dir(exchange.state_dir, subsystem.name)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.feature_columns = {column_name(n): t for n, t in subsystem.features.items()}
         self._column_names = {n: column_name(n) for n in subsystem.features}
@@ -61,12 +63,15 @@ class SubsystemRuntime:
         self.dataset = PortionStore(self.directory / "dataset", self.dataset_schema(), "tick",
                                     exchange.config.store.dataset())
         self._tick_path = self.directory / "tick_reserved"
-        reserved = 0
-        try:
-            reserved = int(self._tick_path.read_text().strip())
-        except (FileNotFoundError, ValueError):
-            pass
         last = self.dataset.last_key if self.dataset.last_key is not None else -1
+        text, why = read_word(self._tick_path)
+        if text is None and not why:
+            reserved = 0
+        elif text is not None and text.isdigit() and int(text) < 1 << 62:
+            reserved = int(text)
+        else:  # a damaged mark: never reuse a tick, so skip a whole reserve
+            set_aside(self._tick_path, why or f"not a tick number: {text[:40]!r}")
+            reserved = last + 1 + TICK_RESERVE
         self.next_tick = max(reserved, last + 1)
         self._reserved = self.next_tick
         self.models: dict[str, ModelProxy] = {}

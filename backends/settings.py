@@ -1,0 +1,155 @@
+"""Checking a backend's settings before anything is built.
+
+A `[[subsystem]]` table is checked whole, before the mount forks a daemon (and
+before `create_subsystems` builds anything): every key known, every value of
+the right type and within its range.  A mistake is then one line naming the
+key, not a traceback from a daemon that already said "mounted"; and a value
+that would hurt the host (a `tick_seconds` of 0 or -1 ticks as fast as the CPU
+allows, `nan` crashes the tick loop) never reaches a constructor.
+
+Each backend declares its settings once as a table of checks (`Schema`); the
+factories call `check_settings` with it, so the configuration check and the
+construction can never disagree.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+
+#: a check: returns the value to use, or raises SettingError(reason)
+Check = Callable[[object], object]
+Schema = Mapping[str, Check]
+
+#: the shortest tick a backend accepts: 1,000 ticks/s already costs a core
+#: (a tick is a proxy decision, a dataset row and a backend step)
+MIN_TICK_SECONDS = 0.001
+#: the longest tick: an hour (a model then still sees 24 rows a day)
+MAX_TICK_SECONDS = 3600.0
+
+
+class SettingError(ValueError):
+    """One setting is wrong; `key` names it and str() is `key: reason`."""
+
+    def __init__(self, key: str, reason: str, message: str | None = None) -> None:
+        super().__init__(message or f"{key}: {reason}")
+        self.key = key
+        self.reason = reason
+
+
+def _show(value: object) -> str:
+    """A value as the TOML file spells it: true, 'word', nan, 12."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def number(lo: float, hi: float, *, integer: bool = False) -> Check:
+    """An int (or, unless `integer`, a float) that is finite and in [lo, hi]."""
+
+    def check(value: object) -> object:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"{_show(value)} is not a number")
+        if integer and not isinstance(value, int):
+            raise ValueError(f"{_show(value)} is not a whole number")
+        if not math.isfinite(value):
+            raise ValueError(f"{_show(value)} is not a finite number")
+        if not lo <= value <= hi:
+            raise ValueError(f"{_show(value)} is outside {lo}..{hi}")
+        return value if integer else float(value)
+
+    return check
+
+
+def tick_seconds() -> Check:
+    """Every backend's tick period, in one range."""
+    return number(MIN_TICK_SECONDS, MAX_TICK_SECONDS)
+
+
+def word(*choices: str) -> Check:
+    """One of `choices`."""
+
+    def check(value: object) -> object:
+        if value not in choices:
+            raise ValueError(f"{_show(value)} is not one of {', '.join(choices)}")
+        return value
+
+    return check
+
+
+def text(max_len: int = 256) -> Check:
+    """A non-empty string (what it must look like is checked by its user)."""
+
+    def check(value: object) -> object:
+        if not isinstance(value, str) or not value or len(value) > max_len:
+            raise ValueError(f"{_show(value)} is not a string of 1..{max_len} characters")
+        return value
+
+    return check
+
+
+def boolean_or(*words: str) -> Check:
+    """true, false, or one of `words`."""
+
+    def check(value: object) -> object:
+        if isinstance(value, bool) or value in words:
+            return value
+        alternatives = "".join(f" or {w!r}" for w in words)
+        raise ValueError(f"{_show(value)} is not true, false{alternatives}")
+
+    return check
+
+
+def table() -> Check:
+    """A TOML table, checked in depth by its user (e.g. `apply`)."""
+
+    def check(value: object) -> object:
+        if not isinstance(value, Mapping):
+            raise ValueError(f"{_show(value)} is not a table")
+        return value
+
+    return check
+
+
+def list_of(item: Check, min_len: int = 1, max_len: int = 1024, unique: bool = False) -> Check:
+    """A list of `min_len`..`max_len` items, each passing `item`."""
+
+    def check(value: object) -> object:
+        if not isinstance(value, list | tuple) or not min_len <= len(value) <= max_len:
+            raise ValueError(f"{_show(value)} is not a list of {min_len}..{max_len} items")
+        out = []
+        for index, element in enumerate(value):
+            try:
+                out.append(item(element))
+            except ValueError as exc:
+                raise ValueError(f"item {index + 1}: {exc}") from None
+        if unique and len(set(map(repr, out))) != len(out):
+            raise ValueError("items repeat")
+        return out
+
+    return check
+
+
+def check_settings(settings: Mapping[str, object], schema: Schema,
+                   internal: tuple[str, ...] = ("state_dir",)) -> dict:
+    """`settings` checked against `schema`: the checked values, or SettingError.
+
+    `internal` keys are passed by mlfs itself (the state directory), never by
+    a configuration; they are passed through unchecked.
+    """
+    out: dict = {}
+    for key, value in settings.items():
+        if key in internal:
+            out[key] = value
+            continue
+        check = schema.get(key)
+        if check is None:
+            known = ", ".join(k for k in schema)
+            raise SettingError(key, f"unknown setting (known: {known})")
+        try:
+            out[key] = check(value)
+        except SettingError:
+            raise
+        except ValueError as exc:
+            raise SettingError(key, str(exc)) from None
+    return out

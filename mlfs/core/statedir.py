@@ -1,0 +1,214 @@
+"""The state directory's layout: its format version, its upgrade, safe names.
+
+The state directory outlives any one mlfs: an operator upgrades the package
+and mounts again over the same rows, models and ledger.  So the directory says
+which layout it has (the file `format`, one integer), and a newer mlfs brings
+an older directory up to date in place, one small step per version, before
+anything else reads it.  A directory written by a *newer* mlfs than this one
+is refused: guessing at a layout this code has never seen could lose rows.
+
+Versions:
+
+1. The layout of mlfs up to commit f0369e4 (no `format` file): one directory
+   per subsystem holding `dataset/`, `models/<m>/` and `tick_reserved`;
+   `ledger/` of original knob values; `mlfs.log`, `mlfs.pid`.
+2. The same layout, with the `format` file.  Nothing moves; the version
+   file exists so that later layouts can be told apart from this one.
+
+A subsystem's directory is always `<state dir>/<name>`, with a name that
+matches the model-name pattern, is not one of the mount's or the state
+directory's own entries (`RESERVED`), and resolves inside the state directory.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from .durable import set_aside, write_durably
+from .text import MODEL_NAME
+
+log = logging.getLogger("mlfs.state")
+
+FORMAT_FILE = "format"
+#: the layout this mlfs writes
+FORMAT_VERSION = 2
+
+#: names a subsystem cannot take: the mount root's own files (SPEC §7) and the
+#: state directory's own entries, which a subsystem directory would clash with
+RESERVED = frozenset({
+    "version", "events", "metrics", "control", "errors", "backends", "host",
+    "ledger", FORMAT_FILE, "mlfs.log", "mlfs.pid",
+})
+
+
+class FormatError(Exception):
+    """The state directory cannot be used by this mlfs (str() is one line)."""
+
+
+def subsystem_name_problem(name: object) -> str | None:
+    """Why `name` cannot name a subsystem, or None when it can."""
+    if not isinstance(name, str) or not MODEL_NAME.fullmatch(name):
+        return f"{name!r} is not a subsystem name ([a-z0-9][a-z0-9._-]{{0,63}})"
+    if name in RESERVED:
+        return f"{name!r} is reserved ({', '.join(sorted(RESERVED))})"
+    return None
+
+
+def subsystem_dir(state_dir: Path, name: str) -> Path:
+    """`<state dir>/<name>`, checked: never anywhere else (ValueError)."""
+    problem = subsystem_name_problem(name)
+    if problem:
+        raise ValueError(problem)
+    root = Path(state_dir).resolve()
+    directory = (root / name).resolve()
+    if directory.parent != root:
+        raise ValueError(f"{name!r} resolves to {directory}, outside {root}")
+    return directory
+
+
+def read_word(path: Path) -> tuple[str | None, str]:
+    """A small state file's stripped ASCII text, or (None, why it cannot be read).
+
+    (None, "") when the file does not exist.
+    """
+    try:
+        return Path(path).read_text(encoding="ascii").strip(), ""
+    except FileNotFoundError:
+        return None, ""
+    except OSError as exc:
+        return None, f"unreadable: {exc.strerror or exc}"
+    except ValueError:
+        return None, "not ASCII text"
+
+
+# ---- the format version ----------------------------------------------------------
+def _is_empty(state_dir: Path) -> bool:
+    """A state directory nothing has been kept in yet (a log alone keeps nothing)."""
+    try:
+        return all(p.name in ("mlfs.log", "mlfs.pid") for p in state_dir.iterdir())
+    except FileNotFoundError:
+        return True
+
+
+def read_version(state_dir: Path) -> int:
+    """The directory's format: the `format` file, 1 without it, current when new.
+
+    A `format` file that is not one whole number is set aside (with a log
+    line) and the directory is treated as version 1: every upgrade step is
+    safe to run again on a directory that already has its result.
+    """
+    state_dir = Path(state_dir)
+    path = state_dir / FORMAT_FILE
+    text, why = read_word(path)
+    if text is None and not why:
+        return FORMAT_VERSION if _is_empty(state_dir) else 1
+    if text is not None and text.isdigit() and 1 <= int(text) < 1 << 31:
+        return int(text)
+    set_aside(path, why or f"not a format version: {text[:40]!r}")
+    return 1
+
+
+def check(state_dir: Path) -> int:
+    """The directory's format version; FormatError when it is newer than known.
+
+    Reads only: `mlfs mount` calls it before forking, to refuse in one line.
+    """
+    text, _ = read_word(Path(state_dir) / FORMAT_FILE)
+    version = int(text) if text is not None and text.isdigit() else 1
+    if version > FORMAT_VERSION:
+        raise _too_new(state_dir, version)
+    return version
+
+
+def _too_new(state_dir: Path, version: int) -> FormatError:
+    return FormatError(f"{state_dir}: state directory format {version} is newer than this "
+                       f"mlfs knows ({FORMAT_VERSION}); mount it with a newer mlfs")
+
+
+def _v1_to_v2(state_dir: Path) -> str:
+    """Version 2 is version 1 plus the `format` file: nothing moves."""
+    return "the layout is unchanged; the format file records the version from now on"
+
+
+#: (from version, step): step(state_dir) upgrades from -> from + 1, returns what it did
+STEPS: list[tuple[int, Callable[[Path], str]]] = [
+    (1, _v1_to_v2),
+]
+
+
+def upgrade(state_dir: Path) -> int:
+    """Bring `state_dir` to FORMAT_VERSION in place; returns the version it had.
+
+    Each step runs, then the new version is written durably, so a crash
+    between steps resumes at the step that did not finish (steps are written
+    to be safe to run twice).  FormatError for a newer-than-known directory.
+    """
+    state_dir = Path(state_dir)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    found = read_version(state_dir)
+    if found > FORMAT_VERSION:
+        raise _too_new(state_dir, found)
+    version = found
+    for start, step in STEPS:
+        if start != version:
+            continue
+        done = step(state_dir)
+        version = start + 1
+        write_durably(state_dir / FORMAT_FILE, f"{version}\n".encode())
+        log.warning("%s: state directory upgraded from format %d to %d: %s",
+                    state_dir, start, version, done)
+    if version != FORMAT_VERSION:
+        raise FormatError(f"{state_dir}: no upgrade from format {version} "
+                          f"to {FORMAT_VERSION}")
+    if not (state_dir / FORMAT_FILE).exists():  # a new directory: record its format
+        write_durably(state_dir / FORMAT_FILE, f"{FORMAT_VERSION}\n".encode())
+    return found
+
+
+# ---- the pid file -------------------------------------------------------------------
+PID_FILE = "mlfs.pid"
+
+
+def _mlfs_mount_process(pid: int) -> bool:
+    """`pid` runs `mlfs mount` (not merely a process that reused the number)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    if stat.rsplit(") ", 1)[-1].startswith("Z"):
+        return False
+    args = [a.decode(errors="replace") for a in argv if a]
+    return any("mlfs" in a for a in args[:3]) and "mount" in args
+
+
+def live_daemon(state_dir: Path, repair: bool = True) -> int | None:
+    """The pid of a running mlfs daemon serving `state_dir` (its `mlfs.pid`), or None.
+
+    A pid file that is not one whole number says nothing and must not stop a
+    mount: with `repair` (the daemon, which logs to mlfs.log) it is set aside
+    with a log line; without (a command's read-only look) it is ignored.
+    """
+    path = Path(state_dir) / PID_FILE
+    text, why = read_word(path)
+    if text is None and not why:
+        return None
+    if text is None or not (text.isdigit() and 0 < int(text) < 1 << 22):
+        if repair:
+            set_aside(path, why or f"not a process id: {text[:40]!r}")
+        return None
+    pid = int(text)
+    if pid == os.getpid():
+        return None
+    return pid if _mlfs_mount_process(pid) else None
+
+
+def write_pid(state_dir: Path) -> None:
+    """Record this daemon's pid (durably: `mlfs restore` trusts it)."""
+    path = Path(state_dir) / PID_FILE
+    if path.is_dir() or (path.exists() and not path.is_file()):
+        set_aside(path, "not a regular file")
+    write_durably(path, f"{os.getpid()}\n".encode())
