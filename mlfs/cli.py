@@ -27,22 +27,21 @@ def default_state_dir(mountpoint: Path) -> Path:
 
 
 def find_daemon(mountpoint: Path) -> int | None:
-    """The pid of the mlfs daemon serving `mountpoint` (its cmdline names it)."""
-    target = os.path.realpath(mountpoint)
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        args = [a.decode(errors="replace") for a in argv if a]
-        if "mlfs" not in " ".join(args[:3]) or "mount" not in args or "--foreground" not in args:
-            continue
-        index = args.index("mount")
-        if index + 1 < len(args) and os.path.realpath(args[index + 1]) == target:
-            return int(entry)
-    return None
+    """The pid of the mlfs daemon serving `mountpoint`, from its pid file under /run/mlfs.
+
+    Never scans other daemons or resolves other mounts' paths (a wedged mount
+    would block that): only the path given is looked at, then its resolved
+    form (which touches this mountpoint alone) in case it was given via a
+    symlink.  See mlfs.runfile.
+    """
+    from . import runfile
+
+    pid = runfile.read(mountpoint)
+    if pid is None:
+        real = os.path.realpath(mountpoint)
+        if real != os.path.abspath(mountpoint):
+            pid = runfile.read(real)
+    return pid
 
 
 #: the mount's bdi read-ahead: the kernel asks the daemon for up to this much per request
@@ -120,8 +119,19 @@ def cmd_mount(args: argparse.Namespace) -> int:
 
 
 def cmd_umount(args: argparse.Namespace) -> int:
+    from .runfile import mounted_fstype
+
     mountpoint = Path(args.mountpoint)
     pid = find_daemon(mountpoint)
+    if pid is None and mounted_fstype(mountpoint) == "fuse.mlfs":
+        # mounted, but no pid file names its daemon (removed, or written elsewhere):
+        # an external unmount is a clean stop too; the daemon seals and exits itself
+        done = subprocess.run(["fusermount3", "-u", str(mountpoint)], check=False)
+        if done.returncode == 0:
+            print(f"mlfs: {mountpoint}: no pid file for its daemon; unmounted it, the daemon "
+                  "seals and exits by itself", file=sys.stderr)
+            return 0
+        return 1
     if pid is None:
         try:
             os.stat(mountpoint)

@@ -20,7 +20,7 @@ import trio
 
 from backends import create_subsystems
 
-from . import __version__
+from . import __version__, runfile
 from .config import Config
 from .core import metrics
 from .core.exchange import Exchange
@@ -98,6 +98,12 @@ def serve(mountpoint: Path, config: Config, state_dir: Path, ready_fd: int | Non
         options.add("allow_other")
     pid_path = state_dir / "mlfs.pid"
     pid_path.write_text(f"{os.getpid()}\n")
+    try:  # resolved now, before mounting: afterwards the path is served by this process
+        run_pid = runfile.write(os.path.realpath(mountpoint), str(mountpoint))
+    except OSError as exc:
+        run_pid = None
+        log.warning("no pid file under %s (%s): `mlfs umount` will unmount without "
+                    "waiting for this daemon", runfile.run_dir(), exc.strerror or exc)
     pyfuse3.init(ops, str(mountpoint), options)
     unmounted = False
     try:
@@ -112,6 +118,8 @@ def serve(mountpoint: Path, config: Config, state_dir: Path, ready_fd: int | Non
             pyfuse3.close(unmount=True)
         exchange.close()
         pid_path.unlink(missing_ok=True)
+        if run_pid is not None:
+            runfile.remove(run_pid)
         log.info("%s: unmounted", mountpoint)
     return 0
 
