@@ -12,6 +12,7 @@ import errno
 import logging
 import os
 import signal
+import socket
 import subprocess
 from pathlib import Path
 
@@ -70,17 +71,80 @@ def _group_id(name: str) -> int:
     return grp.getgrnam(name).gr_gid
 
 
+def journal_stderr() -> bool:
+    """True when stderr is the journal: $JOURNAL_STREAM names its device and inode."""
+    stream = os.environ.get("JOURNAL_STREAM", "")
+    try:
+        dev, ino = (int(x) for x in stream.split(":"))
+        st = os.fstat(2)
+    except (ValueError, OSError):
+        return False
+    return (st.st_dev, st.st_ino) == (dev, ino)
+
+
+class _JournalFormatter(logging.Formatter):
+    """`<priority>name: message`: journald reads the sd-daemon(3) prefix as the level."""
+
+    PRIORITY = {logging.CRITICAL: 2, logging.ERROR: 3, logging.WARNING: 4, logging.INFO: 6,
+                logging.DEBUG: 7}
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        prefix = f"<{self.PRIORITY.get(record.levelno, 6)}>"
+        return "\n".join(prefix + line for line in text.splitlines())
+
+
 def setup_logging(state_dir: Path, foreground: bool) -> None:
+    """Log once: to stderr alone when a systemd service runs us in the foreground
+    (stderr is its journal, or wherever StandardError= points), else to
+    STATE/mlfs.log (and stderr when in the foreground).  Under systemd a second
+    copy in mlfs.log would be unrotated and duplicate what journalctl -u keeps."""
+    level = os.environ.get("MLFS_LOG_LEVEL", "INFO")
+    if journal_stderr() or (foreground and os.environ.get("INVOCATION_ID")):
+        handler = logging.StreamHandler()
+        handler.setFormatter(_JournalFormatter("%(name)s: %(message)s") if journal_stderr()
+                             else logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        logging.basicConfig(level=level, handlers=[handler], force=True)
+        return
     handlers: list[logging.Handler] = [logging.FileHandler(state_dir / "mlfs.log")]
     if foreground:
         handlers.append(logging.StreamHandler())
-    logging.basicConfig(level=os.environ.get("MLFS_LOG_LEVEL", "INFO"),
+    logging.basicConfig(level=level,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         handlers=handlers, force=True)
 
 
+#: $NOTIFY_SOCKET, taken out of the environment at start so no child inherits it
+_notify_socket: str | None = None
+
+
+def sd_notify(state: str) -> bool:
+    """Tell the service manager `state` (sd_notify(3): READY=1, STOPPING=1, STATUS=...).
+
+    One datagram on the AF_UNIX socket systemd names in $NOTIFY_SOCKET (a path,
+    or an abstract name written with a leading @).  With `Type=notify` systemd
+    starts dependents (trainers) only after READY=1, so readiness means the
+    mount answers, without a poll.  A no-op outside systemd; never fatal.
+    """
+    address = _notify_socket
+    if not address or address[0] not in "/@":
+        return False
+    if address[0] == "@":
+        address = "\0" + address[1:]
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
+            sock.connect(address)
+            sock.sendall(state.encode())
+        return True
+    except OSError as exc:
+        log.warning("sd_notify %r failed: %s", state.split("\n")[0], exc.strerror or exc)
+        return False
+
+
 def serve(mountpoint: Path, config: Config, state_dir: Path, ready_fd: int | None = None) -> int:
     """Mount and serve until unmounted or signalled; returns an exit code."""
+    global _notify_socket
+    _notify_socket = os.environ.pop("NOTIFY_SOCKET", None)
     if ready_fd is not None:
         os.set_inheritable(ready_fd, False)
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -132,26 +196,30 @@ async def _serve(exchange: Exchange, ops: Operations, config: Config,
             await nursery.start(serve_metrics, lambda: metrics.render(exchange),
                                 config.mount.metrics_address, config.mount.metrics_port)
         nursery.start_soon(_on_signals, exchange, ops)
-        nursery.start_soon(_announce_ready, ready_fd)
+        nursery.start_soon(_announce_ready, ready_fd, exchange)
         await pyfuse3.main(min_tasks=8, max_tasks=config.mount.max_tasks)
         # unmounted from outside (fusermount3 -u): seal what is pending
+        sd_notify("STOPPING=1")
         ops.stop()
         await exchange.seal_all()
         nursery.cancel_scope.cancel()
 
 
-async def _announce_ready(ready_fd: int | None) -> None:
+async def _announce_ready(ready_fd: int | None, exchange: Exchange) -> None:
     await trio.sleep(0)  # pyfuse3.main is running by now
     log.info("serving (pid %d)", os.getpid())
     if ready_fd is not None:
         os.write(ready_fd, b"ok\n")
         os.close(ready_fd)
+    sd_notify(f"READY=1\nSTATUS=serving {len(exchange.runtimes)} subsystem(s)\n"
+              f"MAINPID={os.getpid()}")
 
 
 async def _on_signals(exchange: Exchange, ops: Operations) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async for signum in signals:
             log.info("signal %d: sealing and unmounting", signum)
+            sd_notify("STOPPING=1")
             ops.stop()
             with trio.move_on_after(30):
                 await exchange.seal_all()
