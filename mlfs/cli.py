@@ -218,7 +218,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
-    return run_demo(seconds=args.seconds, seed=args.seed)
+    return run_demo(seconds=args.seconds, seed=args.seed, keep=args.keep)
 
 
 def cmd_config_default(args: argparse.Namespace) -> int:
@@ -283,13 +283,16 @@ Every command takes --help.  Manual page: mlfs(8).""",
   mlfs status --json /mnt/mlfs | python3 -m json.tool""",
     "report": """examples:
   mlfs report /mnt/mlfs sim.readahead     # a mounted exchange
-  mlfs report /mnt/mlfs sim.readahead --model lgbm --png""",
+  mlfs report /mnt/mlfs sim.readahead --model lgbm --png
+  mlfs report /var/lib/mlfs/mnt-mlfs sim.readahead   # after umount, from the state
+  mlfs report /tmp/mlfs-demo-run sim.readahead       # what `mlfs demo --keep` kept""",
     "train": """examples:
   mlfs train /mnt/mlfs sim.readahead
   mlfs train /mnt/mlfs sda.readahead --model lgbm --relative --max-seconds 600""",
     "demo": """examples:
   mlfs demo
-  mlfs demo --seconds 60 --seed 3""",
+  mlfs demo --seconds 60 --seed 3
+  mlfs demo --keep /tmp/mlfs-demo-run && mlfs report /tmp/mlfs-demo-run sim.readahead""",
     "bench": """examples:
   mlfs bench --quick
   mlfs bench --json bench.json""",
@@ -348,7 +351,9 @@ def build_parser() -> argparse.ArgumentParser:
         return report_main(args)
 
     p = _command(sub, "report", "an HTML report (inline SVG) of a subsystem's run")
-    p.add_argument("mountpoint", help="the mountpoint of a running mlfs mount")
+    p.add_argument("mountpoint", metavar="MOUNTPOINT|STATE_DIR",
+                   help="a mounted exchange, or a mount's state directory (also after "
+                        "umount: its sealed portions are reported)")
     p.add_argument("subsystem", help="the subsystem's name (a directory of the mount)")
     p.add_argument("--model", help="the model whose modes and efficiency to show "
                    "(default: the one that controlled most ticks)")
@@ -380,6 +385,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how long the trainer runs (default 120)")
     p.add_argument("--seed", type=int, default=0,
                    help="the simulated workload's seed (default 0)")
+    p.add_argument("--keep", metavar="DIR",
+                   help="keep the run's state directory as DIR (a new or empty directory) "
+                        "for `mlfs report DIR sim.readahead`; default: delete everything")
     p.set_defaults(func=cmd_demo)
     p = _command(sub, "bench", "what the exchange costs, against same-run references")
     p.add_argument("--quick", action="store_true", help="a smoke run of under a minute")

@@ -9,6 +9,7 @@ call `pyfuse3.terminate()`; blocked event readers are woken with end of file.
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import os
 import signal
@@ -24,6 +25,7 @@ from backends import create_subsystems
 from . import __version__, runfile
 from .config import Config
 from .core import metrics
+from .core.durable import write_durably
 from .core.exchange import Exchange
 from .fs.operations import Operations
 from .http import serve_metrics
@@ -141,6 +143,22 @@ def sd_notify(state: str) -> bool:
         return False
 
 
+def keep_info(exchange: Exchange, state_dir: Path) -> None:
+    """STATE/<subsystem>/info.json: what `info` says, for `mlfs report STATE` after umount.
+
+    The objective's name, unit and goal and the knobs' types are not in the
+    Parquet portions; without them a report of an unmounted run could not
+    tell better from worse.  Best effort: a failure is logged, never fatal.
+    """
+    for name, runtime in exchange.runtimes.items():
+        try:
+            (state_dir / name).mkdir(parents=True, exist_ok=True)
+            write_durably(state_dir / name / "info.json",
+                          (json.dumps(runtime.info(), indent=2) + "\n").encode())
+        except OSError as exc:
+            log.warning("%s: cannot keep info.json: %s", name, exc.strerror or exc)
+
+
 def serve(mountpoint: Path, config: Config, state_dir: Path, ready_fd: int | None = None) -> int:
     """Mount and serve until unmounted or signalled; returns an exit code."""
     global _notify_socket
@@ -153,6 +171,7 @@ def serve(mountpoint: Path, config: Config, state_dir: Path, ready_fd: int | Non
         log.error("%s is already mounted", mountpoint)
         return 1
     exchange = Exchange(config, state_dir, create_subsystems(config.subsystems, state_dir))
+    keep_info(exchange, state_dir)
     ops = Operations(exchange, version_text=f"mlfs {__version__}\n",
                      metrics=lambda: metrics.render(exchange),
                      gid=_group_id(config.mount.group))
