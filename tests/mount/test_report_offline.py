@@ -3,15 +3,40 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 
 from tests.conftest import REPO, mlfs_command, new_model, read_rows, wait_for, write_errno
 
 
-def run_mlfs(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+def run_mlfs(*args: str, timeout: float = 120, env=None) -> subprocess.CompletedProcess:
     return subprocess.run(mlfs_command(*args), capture_output=True, text=True,
-                          timeout=timeout, cwd=REPO)
+                          timeout=timeout, cwd=REPO, env=env)
+
+
+#: what `bash .ci/setup --demo` does not install (the test and plots extras)
+NOT_IN_THE_DEMO_SETUP = ("duckdb", "polars", "pandas", "hypothesis", "prometheus_client",
+                         "matplotlib", "shtab", "build_manpages", "pytest")
+
+SITECUSTOMIZE = f"""
+import sys
+BLOCKED = {NOT_IN_THE_DEMO_SETUP!r}
+class _Blocker:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ImportError(f"{{name}} is not installed by .ci/setup --demo")
+        return None
+sys.meta_path.insert(0, _Blocker())
+"""
+
+
+def demo_setup_env(tmp_path) -> dict:
+    """This interpreter as `.ci/setup --demo` leaves it: without the extras (children too)."""
+    site = tmp_path / "demo-site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    return {**os.environ, "PYTHONPATH": f"{site}:{REPO}"}
 
 
 def points(page: str) -> int:
@@ -49,8 +74,15 @@ def test_report_refuses_a_directory_that_is_neither_a_mount_nor_a_state(tmp_path
 
 
 def test_demo_keep_leaves_a_state_directory_that_report_reads(mount_root, tmp_path):
+    """The demo runs with only the demo's set-up installed, and --keep keeps its run."""
     kept = tmp_path / "run"
-    done = run_mlfs("demo", "--seconds", "4", "--keep", str(kept), timeout=300)
+    env = demo_setup_env(tmp_path)
+    blocked = run_mlfs("report", "--help", env=env)
+    assert blocked.returncode == 0
+    probe = subprocess.run([mlfs_command()[0], "-c", "import duckdb"],
+                           env=env, capture_output=True, text=True, timeout=60)
+    assert "not installed by .ci/setup --demo" in probe.stderr, "the blocker works"
+    done = run_mlfs("demo", "--seconds", "4", "--keep", str(kept), timeout=300, env=env)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert f"mlfs report {kept} sim.readahead" in done.stdout
     assert list((kept / "sim.readahead" / "dataset").glob("*.parquet"))
