@@ -129,6 +129,24 @@ def test_mount_helper_exit_status_is_mount8s(tmp_path):
     assert not os.path.ismount(mountpoint)
 
 
+def test_mount_helper_man_page_lists_its_options_and_exit_codes():
+    from mlfs import mount_helper
+
+    page = (REPO / "man/mount.fuse.mlfs.8").read_text()
+    for name in mount_helper.VALUED:
+        assert f".BI {name}= " in page
+    for code in (mount_helper.EX_SUCCESS, mount_helper.EX_USAGE, mount_helper.EX_SYSERR,
+                 mount_helper.EX_USER, mount_helper.EX_FAIL):
+        assert f".B {code}\n" in page
+    assert f'"mlfs {__version__}"' in page
+    if shutil.which("man"):
+        shown = subprocess.run(["man", "--warnings", "-l", str(REPO / "man/mount.fuse.mlfs.8")],
+                               capture_output=True, text=True, timeout=30,
+                               env={**os.environ, "MANPAGER": "cat"})
+        assert shown.returncode == 0 and "EXIT STATUS" in shown.stdout
+        assert not shown.stderr.strip(), shown.stderr
+
+
 def test_man_page_and_completions_are_generated_from_the_parser(tmp_path):
     for tool in ("argparse-manpage", "shtab"):
         if not (Path(sys.executable).parent / tool).exists():
