@@ -83,3 +83,21 @@ def test_a_pid_file_whose_pid_now_belongs_to_another_process_is_not_trusted(tmp_
     finally:
         bystander.kill()
         bystander.wait()
+
+
+def test_umount_of_a_wedged_mount_gives_up_after_its_timeout_and_detaches(mount):
+    """Finding the daemon never stats the mount, so even its own wedge cannot hang umount."""
+    os.kill(mount.pid, signal.SIGSTOP)
+    try:
+        time.sleep(1.5)  # past the root's attribute timeout: a stat would wait on the daemon
+        started = time.monotonic()
+        done = subprocess.run(mlfs_command("umount", str(mount.mountpoint), "--timeout", "2"),
+                              capture_output=True, text=True, timeout=60, cwd=REPO)
+        elapsed = time.monotonic() - started
+        assert done.returncode == 1 and "unmounting lazily" in done.stderr, done.stderr
+        assert elapsed < 15, f"{elapsed:.1f} s"
+        assert not os.path.ismount(mount.mountpoint)
+    finally:
+        os.kill(mount.pid, signal.SIGCONT)
+    # the SIGTERM it got while stopped is delivered now: it seals and ends by itself
+    wait_for(lambda: not mount.alive(), timeout=60, what="the daemon to end after SIGCONT")
