@@ -291,6 +291,15 @@ if [ "${MLFS_CI_SYSTEMD:-1}" = 1 ]; then
     sdexec systemctl is-active --quiet "${UNITS[@]}" || sdfail "units not active"
     [ "$(fstype)" = fuse.mlfs ] || sdfail "the unit's mount did not reach the host"
     say "systemd running; ${UNITS[*]} active; host sees $(tr -d '\n' <"$MOUNT/version")"
+    # Type=notify: active only after the daemon's READY=1, whose STATUS= systemd shows
+    [ "$(sdexec systemctl show -P Type mlfs@mnt-mlfs.service)" = notify ] \
+        || sdfail "mlfs@ is not Type=notify"
+    sdstatus=$(sdexec systemctl show -P StatusText mlfs@mnt-mlfs.service)
+    [ "$sdstatus" = "serving 1 subsystem(s)" ] || sdfail "no READY=1/STATUS= (got '$sdstatus')"
+    sdexec journalctl -q -o cat -u mlfs@mnt-mlfs.service | grep -q 'serving (pid' \
+        || sdfail "the daemon's log is not in the journal"
+    [ ! -e "$SDSTATE/mnt-mlfs/mlfs.log" ] || sdfail "logged twice: journal and mlfs.log"
+    say "Type=notify: READY=1 received (status: $sdstatus); logs in the journal only"
     SDPOLICY=$SDSTATE/mnt-mlfs/sim.readahead/models/lgbm/policy.txt
     deadline=$(( $(date +%s) + TRAIN_SECONDS ))
     until [ -s "$MODEL/policy" ] && [ -s "$SDPOLICY" ]; do
@@ -307,6 +316,8 @@ if [ "${MLFS_CI_SYSTEMD:-1}" = 1 ]; then
         sleep 1
     done
     [ "$(fstype)" = fuse.mlfs ] || sdfail "no mount on the host after the restart"
+    sdexec journalctl -q -o cat -u mlfs@mnt-mlfs.service | grep -q 'sealing and unmounting' \
+        || sdfail "no clean stop (STOPPING=1, sealing) in the journal at the restart"
     say "systemctl restart mlfs@mnt-mlfs: remounted, the trainer unit reattached"
     # podman stop: SIGRTMIN+3, systemd stops the trainer, then the mount (seal, unmount)
     say "podman stop (systemd shutdown)"
@@ -318,8 +329,7 @@ if [ "${MLFS_CI_SYSTEMD:-1}" = 1 ]; then
     for w in "$SDSTATE"/mnt-mlfs/sim.readahead/dataset/wal.*.jsonl; do
         [ ! -s "$w" ] || die "unsealed rows left in $w"
     done
-    grep -q 'sealing and unmounting' "$SDSTATE/mnt-mlfs/mlfs.log" \
-        || die "no clean stop in the unit's mlfs.log"
+    [ ! -e "$SDSTATE/mnt-mlfs/mlfs.log" ] || die "the unit wrote mlfs.log besides the journal"
     say "systemd shutdown: exit 0, unmounted on the host, rows sealed"
     quiet podman rm -v "$SYSTEMD_C" >/dev/null
     CONTAINERS=()

@@ -1,4 +1,4 @@
-"""The `mlfs` command: mount, umount, status, train, demo."""
+"""The `mlfs` command line: the parser of every command and what each one runs."""
 
 from __future__ import annotations
 
@@ -28,22 +28,21 @@ def default_state_dir(mountpoint: Path) -> Path:
 
 
 def find_daemon(mountpoint: Path) -> int | None:
-    """The pid of the mlfs daemon serving `mountpoint` (its cmdline names it)."""
-    target = os.path.realpath(mountpoint)
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        args = [a.decode(errors="replace") for a in argv if a]
-        if "mlfs" not in " ".join(args[:3]) or "mount" not in args or "--foreground" not in args:
-            continue
-        index = args.index("mount")
-        if index + 1 < len(args) and os.path.realpath(args[index + 1]) == target:
-            return int(entry)
-    return None
+    """The pid of the mlfs daemon serving `mountpoint`, from its pid file under /run/mlfs.
+
+    Never scans other daemons or resolves other mounts' paths (a wedged mount
+    would block that): only the path given is looked at, then its resolved
+    form (which touches this mountpoint alone) in case it was given via a
+    symlink.  See mlfs.runfile.
+    """
+    from . import runfile
+
+    pid = runfile.read(mountpoint)
+    if pid is None:
+        real = os.path.realpath(mountpoint)
+        if real != os.path.abspath(mountpoint):
+            pid = runfile.read(real)
+    return pid
 
 
 #: the mount's bdi read-ahead: the kernel asks the daemon for up to this much per request
@@ -147,8 +146,19 @@ def _mountpoint_problem(mountpoint: Path) -> str | None:
 
 
 def cmd_umount(args: argparse.Namespace) -> int:
+    from .runfile import mounted_fstype
+
     mountpoint = Path(args.mountpoint)
     pid = find_daemon(mountpoint)
+    if pid is None and mounted_fstype(mountpoint) == "fuse.mlfs":
+        # mounted, but no pid file names its daemon (removed, or written elsewhere):
+        # an external unmount is a clean stop too; the daemon seals and exits itself
+        done = subprocess.run(["fusermount3", "-u", str(mountpoint)], check=False)
+        if done.returncode == 0:
+            print(f"mlfs: {mountpoint}: no pid file for its daemon; unmounted it, the daemon "
+                  "seals and exits by itself", file=sys.stderr)
+            return 0
+        return 1
     if pid is None:
         try:
             os.stat(mountpoint)
@@ -267,7 +277,34 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
-    return run_demo(seconds=args.seconds, seed=args.seed)
+    return run_demo(seconds=args.seconds, seed=args.seed, keep=args.keep)
+
+
+def cmd_config_default(args: argparse.Namespace) -> int:
+    from .config import default_text
+
+    sys.stdout.write(default_text())
+    return 0
+
+
+def config_error(path: str, exc: Exception) -> str:
+    """One line naming the file: what `mlfs config check` prints."""
+    if isinstance(exc, OSError):
+        text = exc.strerror or str(exc)
+    else:
+        text = " ".join(str(exc).split())
+    return text if path in text else f"{path}: {text}"
+
+
+def cmd_config_check(args: argparse.Namespace) -> int:
+    from .config import load_config
+
+    try:
+        load_config(args.file)
+    except (OSError, ValueError) as exc:
+        print(f"mlfs: {config_error(args.file, exc)}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -277,26 +314,98 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return bench_main(argv)
 
 
+#: one line per command for the top-level description; each command's help= says the rest
+SUMMARY = """mlfs exchanges data and decisions between kernel subsystems and user-space ML
+trainers through a FUSE filesystem: subsystems publish Parquet datasets, trainers
+write recommendations and upload LightGBM policies into sysfs-style files.
+
+commands: """
+
+EXAMPLES = {
+    "mlfs": """examples:
+  mlfs demo                               # mount the simulated subsystem, train, summarise
+  mlfs mount /mnt/mlfs --config /etc/mlfs/mlfs.toml
+  mlfs status /mnt/mlfs
+  mlfs umount /mnt/mlfs
+
+Every command takes --help.  Manual page: mlfs(8).""",
+    "mount": """examples:
+  mlfs mount /mnt/mlfs                            # the embedded default configuration
+  mlfs mount /mnt/mlfs --config /etc/mlfs/mlfs.toml
+  mlfs mount /mnt/mlfs --foreground --state-dir /var/lib/mlfs/mnt-mlfs   # under systemd""",
+    "umount": """examples:
+  mlfs umount /mnt/mlfs
+  mlfs umount /mnt/mlfs --timeout 10      # then lazily unmount if the daemon is stuck""",
+    "status": """examples:
+  mlfs status /mnt/mlfs
+  mlfs status --watch /mnt/mlfs           # redraw every 2 s until Ctrl-C
+  mlfs status --json /mnt/mlfs | python3 -m json.tool""",
+    "report": """examples:
+  mlfs report /mnt/mlfs sim.readahead     # a mounted exchange
+  mlfs report /mnt/mlfs sim.readahead --model lgbm --png
+  mlfs report /var/lib/mlfs/mnt-mlfs sim.readahead   # after umount, from the state
+  mlfs report /tmp/mlfs-demo-run sim.readahead       # what `mlfs demo --keep` kept""",
+    "train": """examples:
+  mlfs train /mnt/mlfs sim.readahead
+  mlfs train /mnt/mlfs sda.readahead --model lgbm --relative --max-seconds 600""",
+    "demo": """examples:
+  mlfs demo
+  mlfs demo --seconds 60 --seed 3
+  mlfs demo --keep /tmp/mlfs-demo-run && mlfs report /tmp/mlfs-demo-run sim.readahead""",
+    "bench": """examples:
+  mlfs bench --quick
+  mlfs bench --json bench.json""",
+    "restore": """examples:
+  mlfs restore --state-dir /var/lib/mlfs/mnt-mlfs   # the daemon is gone for good""",
+    "config": """examples:
+  mlfs config default > /etc/mlfs/mlfs.toml
+  mlfs config check /etc/mlfs/mlfs.toml && echo valid""",
+}
+
+
+def _command(sub, name: str, help_text: str) -> argparse.ArgumentParser:
+    return sub.add_parser(name, help=help_text, description=help_text[:1].upper() + help_text[1:]
+                          + ".", epilog=EXAMPLES.get(name),
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mlfs", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("mount", help="mount and serve (returns when the mount answers)")
-    p.add_argument("mountpoint")
-    p.add_argument("--config")
-    p.add_argument("--state-dir")
-    p.add_argument("--foreground", action="store_true")
+    from . import __version__
+
+    parser = argparse.ArgumentParser(prog="mlfs", epilog=EXAMPLES["mlfs"],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"mlfs {__version__}",
+                        help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                help="one of the commands below; `mlfs COMMAND --help` says more")
+    p = _command(sub, "mount", "mount and serve (returns when the mount answers)")
+    p.add_argument("mountpoint", help="an existing directory to mount on")
+    p.add_argument("--config", metavar="FILE",
+                   help="the TOML configuration (default: the embedded one, "
+                        "see `mlfs config default`)")
+    p.add_argument("--state-dir", metavar="DIR",
+                   help="where portions, journals, the knob ledger and mlfs.log live "
+                        "(default: one per mountpoint under /var/lib/mlfs, or "
+                        "$XDG_STATE_HOME/mlfs when not root)")
+    p.add_argument("--foreground", action="store_true",
+                   help="serve in this process and log to stderr (systemd, containers) "
+                        "instead of forking a daemon")
     p.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_mount)
-    p = sub.add_parser("umount", help="seal open rows, restore knobs, unmount")
-    p.add_argument("mountpoint")
-    p.add_argument("--timeout", type=float, default=60.0)
+    p = _command(sub, "umount", "seal open rows, restore knobs, unmount")
+    p.add_argument("mountpoint", help="the mountpoint of a running mlfs mount")
+    p.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="how long to wait for the daemon to seal and stop before "
+                        "unmounting lazily and exiting 1 (default 60)")
     p.set_defaults(func=cmd_umount)
-    p = sub.add_parser("restore", help="put back every original knob value a state "
-                       "directory recorded (the daemon gone for good), without mounting")
-    p.add_argument("--state-dir", required=True)
+    p = _command(sub, "restore", "put back every original knob value a state directory "
+                 "recorded (the daemon gone for good), without mounting")
+    p.add_argument("--state-dir", required=True,
+                   help="the state directory whose ledger of original values is restored")
     p.set_defaults(func=cmd_restore)
-    p = sub.add_parser("status", help="subsystems, models, modes, efficiency")
-    p.add_argument("mountpoint", nargs="?")  # optional only so `--watch MOUNTPOINT` works
+    p = _command(sub, "status", "subsystems, models, modes, efficiency")
+    p.add_argument("mountpoint", nargs="?",  # optional only so `--watch MOUNTPOINT` works
+                   help="the mountpoint of a running mlfs mount")
     p.add_argument("--json", action="store_true",
                    help="machine-readable (with --watch: one JSON line per refresh)")
     p.add_argument("--watch", nargs="?", const="2", metavar="SECONDS",
@@ -307,39 +416,62 @@ def build_parser() -> argparse.ArgumentParser:
 
         return report_main(args)
 
-    p = sub.add_parser("report", help="an HTML report (inline SVG) of a subsystem's run")
-    p.add_argument("mountpoint")
-    p.add_argument("subsystem")
+    p = _command(sub, "report", "an HTML report (inline SVG) of a subsystem's run")
+    p.add_argument("mountpoint", metavar="MOUNTPOINT|STATE_DIR",
+                   help="a mounted exchange, or a mount's state directory (also after "
+                        "umount: its sealed portions are reported)")
+    p.add_argument("subsystem", help="the subsystem's name (a directory of the mount)")
     p.add_argument("--model", help="the model whose modes and efficiency to show "
                    "(default: the one that controlled most ticks)")
-    p.add_argument("--out", help="the HTML file (default: mlfs-report-SUBSYSTEM-MODEL.html)")
+    p.add_argument("--out", metavar="FILE",
+                   help="the HTML file (default: mlfs-report-SUBSYSTEM-MODEL.html)")
     p.add_argument("--all", action="store_true",
                    help="every dataset row (default: from 500 rows before the model's first)")
     p.add_argument("--last", type=int, default=0, metavar="ROWS",
                    help="only the newest ROWS of those rows")
-    p.add_argument("--max-points", type=int, default=5000,
+    p.add_argument("--max-points", type=int, default=5000, metavar="N",
                    help="plot at most this many objective points (every k-th row beyond)")
     p.add_argument("--png", action="store_true",
-                   help="also write FILE.png with matplotlib, when it is installed")
+                   help="also write FILE.png with matplotlib (pip install 'mlfs[plots]')")
     p.set_defaults(func=_report)
-    p = sub.add_parser("train", help="run a LightGBM trainer worker against a subsystem")
-    p.add_argument("mountpoint")
-    p.add_argument("subsystem")
-    p.add_argument("--model", default="lgbm")
-    p.add_argument("--max-seconds", type=float, default=0.0)
-    p.add_argument("--explore-ticks", type=int, default=0,
+    p = _command(sub, "train", "run a LightGBM trainer worker against a subsystem")
+    p.add_argument("mountpoint", help="the mountpoint (waited for while not yet mounted)")
+    p.add_argument("subsystem", help="the subsystem to train for")
+    p.add_argument("--model", default="lgbm",
+                   help="the model directory to create and start (default lgbm)")
+    p.add_argument("--max-seconds", type=float, default=0.0, metavar="SECONDS",
+                   help="stop after this many seconds (default 0: until interrupted)")
+    p.add_argument("--explore-ticks", type=int, default=0, metavar="TICKS",
                    help="ticks each exploration lasts (default 10)")
     p.add_argument("--relative", action="store_true",
                    help="fit relative error (objectives spanning orders of magnitude)")
     p.set_defaults(func=cmd_train)
-    p = sub.add_parser("demo", help="mount the simulated subsystem, train, summarise")
-    p.add_argument("--seconds", type=float, default=120.0)
-    p.add_argument("--seed", type=int, default=0)
+    p = _command(sub, "demo", "mount the simulated subsystem, train, summarise")
+    p.add_argument("--seconds", type=float, default=120.0,
+                   help="how long the trainer runs (default 120)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="the simulated workload's seed (default 0)")
+    p.add_argument("--keep", metavar="DIR",
+                   help="keep the run's state directory as DIR (a new or empty directory) "
+                        "for `mlfs report DIR sim.readahead`; default: delete everything")
     p.set_defaults(func=cmd_demo)
-    p = sub.add_parser("bench", help="what the exchange costs, against same-run references")
+    p = _command(sub, "bench", "what the exchange costs, against same-run references")
     p.add_argument("--quick", action="store_true", help="a smoke run of under a minute")
-    p.add_argument("--json", help="write the report as JSON here")
+    p.add_argument("--json", metavar="FILE", help="write the report as JSON here")
     p.set_defaults(func=cmd_bench)
+    p = _command(sub, "config", "print the embedded default configuration or check a file")
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION",
+                               help="default or check")
+    q = actions.add_parser("default", help="print the embedded default configuration",
+                           description="Print the embedded default configuration (TOML).")
+    q.set_defaults(func=cmd_config_default)
+    q = actions.add_parser("check", help="load FILE as `mlfs mount` would: exit 0, or print "
+                           "the error on one line and exit 2",
+                           description="Load FILE as `mlfs mount --config FILE` would, "
+                           "without mounting: exit 0 when valid, else one line and exit 2.")
+    q.add_argument("file", help="the TOML configuration to check")
+    q.set_defaults(func=cmd_config_check)
+    parser.description = SUMMARY + ", ".join(sub.choices) + "."
     return parser
 
 

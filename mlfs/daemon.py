@@ -9,9 +9,11 @@ call `pyfuse3.terminate()`; blocked event readers are woken with end of file.
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 from pathlib import Path
 
@@ -20,9 +22,10 @@ import trio
 
 from backends import create_subsystems
 
-from . import __version__
+from . import __version__, runfile
 from .config import Config
 from .core import metrics, statedir
+from .core.durable import write_durably
 from .core.exchange import Exchange
 from .fs.operations import Operations
 from .http import serve_metrics
@@ -70,17 +73,96 @@ def _group_id(name: str) -> int:
     return grp.getgrnam(name).gr_gid
 
 
+def journal_stderr() -> bool:
+    """True when stderr is the journal: $JOURNAL_STREAM names its device and inode."""
+    stream = os.environ.get("JOURNAL_STREAM", "")
+    try:
+        dev, ino = (int(x) for x in stream.split(":"))
+        st = os.fstat(2)
+    except (ValueError, OSError):
+        return False
+    return (st.st_dev, st.st_ino) == (dev, ino)
+
+
+class _JournalFormatter(logging.Formatter):
+    """`<priority>name: message`: journald reads the sd-daemon(3) prefix as the level."""
+
+    PRIORITY = {logging.CRITICAL: 2, logging.ERROR: 3, logging.WARNING: 4, logging.INFO: 6,
+                logging.DEBUG: 7}
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        prefix = f"<{self.PRIORITY.get(record.levelno, 6)}>"
+        return "\n".join(prefix + line for line in text.splitlines())
+
+
 def setup_logging(state_dir: Path, foreground: bool) -> None:
+    """Log once: to stderr alone when a systemd service runs us in the foreground
+    (stderr is its journal, or wherever StandardError= points), else to
+    STATE/mlfs.log (and stderr when in the foreground).  Under systemd a second
+    copy in mlfs.log would be unrotated and duplicate what journalctl -u keeps."""
+    level = os.environ.get("MLFS_LOG_LEVEL", "INFO")
+    if journal_stderr() or (foreground and os.environ.get("INVOCATION_ID")):
+        handler = logging.StreamHandler()
+        handler.setFormatter(_JournalFormatter("%(name)s: %(message)s") if journal_stderr()
+                             else logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        logging.basicConfig(level=level, handlers=[handler], force=True)
+        return
     handlers: list[logging.Handler] = [logging.FileHandler(state_dir / "mlfs.log")]
     if foreground:
         handlers.append(logging.StreamHandler())
-    logging.basicConfig(level=os.environ.get("MLFS_LOG_LEVEL", "INFO"),
+    logging.basicConfig(level=level,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         handlers=handlers, force=True)
 
 
+#: $NOTIFY_SOCKET, taken out of the environment at start so no child inherits it
+_notify_socket: str | None = None
+
+
+def sd_notify(state: str) -> bool:
+    """Tell the service manager `state` (sd_notify(3): READY=1, STOPPING=1, STATUS=...).
+
+    One datagram on the AF_UNIX socket systemd names in $NOTIFY_SOCKET (a path,
+    or an abstract name written with a leading @).  With `Type=notify` systemd
+    starts dependents (trainers) only after READY=1, so readiness means the
+    mount answers, without a poll.  A no-op outside systemd; never fatal.
+    """
+    address = _notify_socket
+    if not address or address[0] not in "/@":
+        return False
+    if address[0] == "@":
+        address = "\0" + address[1:]
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
+            sock.connect(address)
+            sock.sendall(state.encode())
+        return True
+    except OSError as exc:
+        log.warning("sd_notify %r failed: %s", state.split("\n")[0], exc.strerror or exc)
+        return False
+
+
+def keep_info(exchange: Exchange, state_dir: Path) -> None:
+    """STATE/<subsystem>/info.json: what `info` says, for `mlfs report STATE` after umount.
+
+    The objective's name, unit and goal and the knobs' types are not in the
+    Parquet portions; without them a report of an unmounted run could not
+    tell better from worse.  Best effort: a failure is logged, never fatal.
+    """
+    for name, runtime in exchange.runtimes.items():
+        try:
+            (state_dir / name).mkdir(parents=True, exist_ok=True)
+            write_durably(state_dir / name / "info.json",
+                          (json.dumps(runtime.info(), indent=2) + "\n").encode())
+        except OSError as exc:
+            log.warning("%s: cannot keep info.json: %s", name, exc.strerror or exc)
+
+
 def serve(mountpoint: Path, config: Config, state_dir: Path, ready_fd: int | None = None) -> int:
     """Mount and serve until unmounted or signalled; returns an exit code."""
+    global _notify_socket
+    _notify_socket = os.environ.pop("NOTIFY_SOCKET", None)
     if ready_fd is not None:
         os.set_inheritable(ready_fd, False)
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -98,6 +180,7 @@ def serve(mountpoint: Path, config: Config, state_dir: Path, ready_fd: int | Non
         log.error("%s", exc)
         return 2
     exchange = Exchange(config, state_dir, create_subsystems(config.subsystems, state_dir))
+    keep_info(exchange, state_dir)
     ops = Operations(exchange, version_text=f"mlfs {__version__}\n",
                      metrics=lambda: metrics.render(exchange),
                      gid=_group_id(config.mount.group))
@@ -107,6 +190,12 @@ def serve(mountpoint: Path, config: Config, state_dir: Path, ready_fd: int | Non
         options.add("allow_other")
     pid_path = state_dir / statedir.PID_FILE
     statedir.write_pid(state_dir)
+    try:  # resolved now, before mounting: afterwards the path is served by this process
+        run_pid = runfile.write(os.path.realpath(mountpoint), str(mountpoint))
+    except OSError as exc:
+        run_pid = None
+        log.warning("no pid file under %s (%s): `mlfs umount` will unmount without "
+                    "waiting for this daemon", runfile.run_dir(), exc.strerror or exc)
     pyfuse3.init(ops, str(mountpoint), options)
     unmounted = False
     try:
@@ -121,6 +210,8 @@ def serve(mountpoint: Path, config: Config, state_dir: Path, ready_fd: int | Non
             pyfuse3.close(unmount=True)
         exchange.close()
         pid_path.unlink(missing_ok=True)
+        if run_pid is not None:
+            runfile.remove(run_pid)
         log.info("%s: unmounted", mountpoint)
     return 0
 
@@ -133,26 +224,30 @@ async def _serve(exchange: Exchange, ops: Operations, config: Config,
             await nursery.start(serve_metrics, lambda: metrics.render(exchange),
                                 config.mount.metrics_address, config.mount.metrics_port)
         nursery.start_soon(_on_signals, exchange, ops)
-        nursery.start_soon(_announce_ready, ready_fd)
+        nursery.start_soon(_announce_ready, ready_fd, exchange)
         await pyfuse3.main(min_tasks=8, max_tasks=config.mount.max_tasks)
         # unmounted from outside (fusermount3 -u): seal what is pending
+        sd_notify("STOPPING=1")
         ops.stop()
         await exchange.seal_all()
         nursery.cancel_scope.cancel()
 
 
-async def _announce_ready(ready_fd: int | None) -> None:
+async def _announce_ready(ready_fd: int | None, exchange: Exchange) -> None:
     await trio.sleep(0)  # pyfuse3.main is running by now
     log.info("serving (pid %d)", os.getpid())
     if ready_fd is not None:
         os.write(ready_fd, b"ok\n")
         os.close(ready_fd)
+    sd_notify(f"READY=1\nSTATUS=serving {len(exchange.runtimes)} subsystem(s)\n"
+              f"MAINPID={os.getpid()}")
 
 
 async def _on_signals(exchange: Exchange, ops: Operations) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async for signum in signals:
             log.info("signal %d: sealing and unmounting", signum)
+            sd_notify("STOPPING=1")
             ops.stop()
             with trio.move_on_after(30):
                 await exchange.seal_all()

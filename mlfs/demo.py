@@ -5,7 +5,8 @@ directory with a temporary state directory, runs a LightGBM trainer worker
 against it, shows one live progress line, and ends with a summary that scores
 the run against the default, the best static value and an oracle on the very
 same workload (the simulation replays from its seed).  Everything is removed
-afterwards, also on Ctrl-C.
+afterwards, also on Ctrl-C, except with `--keep DIR`: then DIR is the run's
+state directory and stays, for `mlfs report DIR sim.readahead`.
 """
 
 from __future__ import annotations
@@ -57,12 +58,24 @@ def _demo_config(seed: int) -> str | None:
     return text if changed else None
 
 
-def run_demo(seconds: float = 120.0, seed: int = 0, settle: float = 30.0) -> int:
+def run_demo(seconds: float = 120.0, seed: int = 0, settle: float = 30.0,
+             keep: str | None = None) -> int:
     from trainers.worker import run_worker
 
+    if keep is not None:
+        try:
+            if any(Path(keep).iterdir()):
+                print(f"mlfs demo: --keep {keep}: not empty (give a new or empty directory)",
+                      file=sys.stderr)
+                return 2
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            print(f"mlfs demo: --keep {keep}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
     workdir = Path(tempfile.mkdtemp(prefix="mlfs-demo-"))
     mountpoint = workdir / "mnt"
-    state_dir = workdir / "state"
+    state_dir = Path(keep).resolve() if keep is not None else workdir / "state"
     mountpoint.mkdir()
     config_text = _demo_config(seed)
     command = [sys.executable, "-m", "mlfs", "mount", str(mountpoint),
@@ -124,6 +137,9 @@ def run_demo(seconds: float = 120.0, seed: int = 0, settle: float = 30.0) -> int
             _summary(state_dir, seed, mode_changes, worker_stats)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+    if keep is not None:
+        print(f"\nmlfs demo: the run is kept in {state_dir}; "
+              f"mlfs report {state_dir} {SUBSYSTEM}")
     return 130 if interrupted else 0
 
 

@@ -25,8 +25,11 @@ else is refused (unless `-s`, sloppy, is given: then unknown ones are ignored
 with a warning).  `-f` (fake) checks the options and does nothing; `-v` prints
 the command it runs; `-n` is ignored.
 
-A configuration mistake is reported by `mlfs mount` before any daemon starts:
-one line on stderr naming the file and the key, exit status 2.
+Exit status as mount(8)'s: 0 mounted, 1 incorrect invocation (a refused
+option or flag), 2 system error (mlfs cannot be run), 8 interrupted, 32 mount
+failure (the configuration, the mountpoint or the daemon failed).  A
+configuration mistake is reported by `mlfs mount` before any daemon starts:
+one line on stderr naming the file and the key (passed on), status 32.
 """
 
 from __future__ import annotations
@@ -64,6 +67,15 @@ HINTS = {
 
 #: the options this helper passes on: `name=` -> the `mlfs mount` flag
 VALUED = {"config": "--config", "state_dir": "--state-dir"}
+
+
+#: mount(8)'s exit status (man 8 mount, "RETURN CODES"): fstab, scripts and systemd's
+#: mount units read these, so a helper reports in the same terms
+EX_SUCCESS = 0
+EX_USAGE = 1  # incorrect invocation or permissions
+EX_SYSERR = 2  # system error (cannot fork, out of memory, ...)
+EX_USER = 8  # user interrupt
+EX_FAIL = 32  # mount failure
 
 
 class UsageError(Exception):
@@ -168,24 +180,38 @@ def main(argv: list[str] | None = None) -> int:
         request = parse_args(argv)
     except UsageError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
-        return 1
+        return EX_USAGE
     for warning in request.warnings:
         print(f"{PROG}: {warning}", file=sys.stderr)
     command = mlfs_mount_command(request)
     if request.verbose or request.fake:
         print(f"{PROG}: {' '.join(command)}", file=sys.stderr)
     if request.fake:
-        return 0
+        return EX_SUCCESS
     # cwd "/": the daemon must not keep the caller's directory busy (or import from it)
     # quiet on success, as mount(8) is; `mlfs mount` reports failures on stderr
     try:
         done = subprocess.run(command, cwd="/", stdin=subprocess.DEVNULL,
                               stdout=subprocess.PIPE, text=True)
     except KeyboardInterrupt:
-        return 130
+        return EX_USER
+    except OSError as exc:  # cannot run the interpreter at all
+        print(f"{PROG}: cannot run {command[0]}: {exc.strerror or exc}", file=sys.stderr)
+        return EX_SYSERR
     if done.stdout and (request.verbose or done.returncode != 0):
         print(done.stdout, end="", file=sys.stderr)
-    return done.returncode
+    return mount_status(done.returncode)
+
+
+def mount_status(mlfs_status: int) -> int:
+    """mount(8)'s status for `mlfs mount`'s: 0 stays 0, every failure is a mount failure.
+
+    `mlfs mount` exits 2 for a configuration or mountpoint it refuses and 1
+    when the daemon failed to start; to mount(8) both are "mount failure"
+    (32), as a missing mountpoint is for mount(8) itself.  Exit 1 would say
+    the helper was called wrongly, which it was not.
+    """
+    return EX_SUCCESS if mlfs_status == 0 else EX_FAIL
 
 
 if __name__ == "__main__":

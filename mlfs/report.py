@@ -360,16 +360,53 @@ def _when(value) -> str:
     return str(value)
 
 
+#: what a state directory keeps of a subsystem's `info` (written by the daemon at start)
+INFO_FILE = "info.json"
+
+
+def load_info(sub: Path) -> dict:
+    """The subsystem's `info`: the mount's file, else the state directory's copy.
+
+    A state directory from before the daemon kept `info.json` has neither:
+    then the knobs are read off the dataset's `knob_*` columns and the
+    objective is assumed to be maximised (said on the page).
+    """
+    for name in ("info", INFO_FILE):
+        try:
+            return json.loads((sub / name).read_text())
+        except FileNotFoundError:
+            continue
+    knobs = {}
+    portions = sorted((sub / "dataset").glob("*.parquet"))
+    if portions:
+        import pyarrow.parquet as pq
+
+        for field in pq.read_schema(portions[-1]):
+            if field.name.startswith("knob_"):
+                kind = "int" if str(field.type).startswith("int") else "float"
+                knobs[field.name.removeprefix("knob_")] = {"type": kind}
+    return {"objective": {"name": "objective (goal unknown: assumed max)", "goal": "max"},
+            "knobs": knobs}
+
+
+def is_state_dir(path: Path, subsystem: str) -> bool:
+    """A state directory (not a mount): no `version` file, the subsystem's dataset there."""
+    return not (path / "version").exists() and (path / subsystem / "dataset").is_dir()
+
+
 def build(mountpoint: Path, subsystem: str, model: str | None = None, last: int = 0,
           max_points: int = 5000, whole: bool = False) -> tuple[str, dict, dict]:
     """(the HTML page, a summary dict, the data drawn) for one subsystem of a mount.
 
+    `mountpoint` may also be the mount's state directory, mounted or not: its
+    sealed portions, models and feedback sit in the same layout
+    (STATE/<subsystem>/dataset/*.parquet, .../models/<model>/feedback/).
     The rows shown are the model's run: from CONTEXT_ROWS rows before its
     first row to the end (`whole`: every row of the dataset); `last` then
     keeps only the newest `last` of them.
     """
     sub = mountpoint / subsystem
-    info = json.loads((sub / "info").read_text())
+    info = load_info(sub)
     objective = info.get("objective", {})
     goal = objective.get("goal", "max")
     rows = read_dir(sub / "dataset")
@@ -535,11 +572,12 @@ def write_png(path: Path, subsystem: str, data: dict) -> bool:
 def main(args: argparse.Namespace) -> int:
     mountpoint = Path(args.mountpoint)
     sub = mountpoint / args.subsystem
-    if not (mountpoint / "version").exists():
-        print(f"mlfs: {mountpoint}: not an mlfs mount (no version file); is it mounted?",
-              file=sys.stderr)
+    state = is_state_dir(mountpoint, args.subsystem)
+    if not state and not (mountpoint / "version").exists():
+        print(f"mlfs: {mountpoint}: neither an mlfs mount (no version file) nor a state "
+              f"directory with {args.subsystem}/dataset", file=sys.stderr)
         return 1
-    if not (sub / "info").exists():
+    if not state and not (sub / "info").exists():
         try:
             names = sorted(p.name for p in mountpoint.iterdir() if (p / "info").exists())
         except OSError as exc:

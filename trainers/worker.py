@@ -28,6 +28,7 @@ import os
 import re
 import select
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -690,6 +691,24 @@ def run_worker(
     return stats
 
 
+def _missing_mountpoint(path: str) -> str | None:
+    """Why `path` can never become a mount (None: it is one, or may become one).
+
+    An existing directory not yet mounted is waited for (a trainer started
+    before its mount, as systemd may order them); a stale mount (ENOTCONN)
+    too, since a restarted daemon clears it.  Only a path that does not exist
+    or is not a directory is an error.
+    """
+    try:
+        if not os.path.isdir(path) and os.path.exists(path):
+            return "not a directory"
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            return "no such directory (mount it first: mlfs mount DIR)"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     """The `mlfs train` command line; SIGINT/SIGTERM end it cleanly (exit 0)."""
     parser = argparse.ArgumentParser(
@@ -713,6 +732,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not MODEL_NAME.fullmatch(args.model):
         parser.error(f"--model {args.model!r}: use [a-z0-9][a-z0-9._-]{{0,63}}")
+    missing = _missing_mountpoint(args.mountpoint)
+    if missing:
+        # a typo, not a mount still coming up: waiting would look like success (exit 0)
+        print(f"mlfs train: {args.mountpoint}: {missing}", file=sys.stderr)
+        return 2
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                             format="%(asctime)s %(name)s %(levelname)s %(message)s")

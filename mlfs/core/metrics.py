@@ -1,11 +1,28 @@
-"""`metrics`: the exchange's counters and gauges in Prometheus text format."""
+"""`metrics`: the exchange's counters and gauges in Prometheus text format.
+
+The text exposition format wants every sample of a family together, after
+that family's one `# HELP` and `# TYPE`: a scraper that meets a family's name
+again later may take it for a second family (prometheus_client's parser read
+a page with two subsystems as 87 families instead of 35).  So `_Writer`
+collects samples per family in first-declared order and writes the page only
+at the end: code adding a metric calls `metric()` wherever it has the value,
+in any loop, and the grouping is never its concern.
+
+Names follow the Prometheus conventions `promtool check metrics` enforces:
+counters end in `_total`; a sum and a count of the same observations are one
+`summary` family (`_sum`, `_count`), never a counter named `_sum`; the
+process and build families carry the names every exporter uses
+(`process_*`, `mlfs_build_info`), so stock dashboards and alerts find them.
+"""
 
 from __future__ import annotations
 
 import math
+import os
 import resource
 import time
 
+from .. import __version__
 from .exchange import Exchange
 from .proxy import MODES, STATES
 
@@ -14,37 +31,122 @@ def _esc(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
+def _help_esc(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n")
+
+
 def _num(value: float) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "NaN"
+    if isinstance(value, float) and math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
     return repr(float(value)) if isinstance(value, float) else str(value)
 
 
+class _Family:
+    __slots__ = ("kind", "help", "samples")
+
+    def __init__(self, kind: str, help_text: str) -> None:
+        self.kind = kind
+        self.help = help_text
+        self.samples: list[str] = []
+
+
 class _Writer:
+    """Samples grouped by family, rendered family by family by `text()`."""
+
     def __init__(self) -> None:
-        self.lines: list[str] = []
-        self._declared: set[str] = set()
+        self.families: dict[str, _Family] = {}
+
+    def _family(self, name: str, kind: str, help_text: str) -> _Family:
+        family = self.families.get(name)
+        if family is None:
+            family = self.families[name] = _Family(kind, help_text)
+        elif family.kind != kind:
+            raise ValueError(f"metric {name}: declared as {family.kind}, then as {kind}")
+        return family
+
+    @staticmethod
+    def _sample(name: str, value: float, labels: dict[str, object]) -> str:
+        if not labels:
+            return f"{name} {_num(value)}"
+        label_text = ",".join(f'{k}="{_esc(str(v))}"' for k, v in labels.items())
+        return f"{name}{{{label_text}}} {_num(value)}"
 
     def metric(self, name: str, kind: str, help_text: str, value: float,
                **labels: str) -> None:
-        if name not in self._declared:
-            self._declared.add(name)
-            self.lines.append(f"# HELP {name} {help_text}")
-            self.lines.append(f"# TYPE {name} {kind}")
-        label_text = ",".join(f'{k}="{_esc(str(v))}"' for k, v in labels.items())
-        self.lines.append(f"{name}{{{label_text}}} {_num(value)}" if labels
-                          else f"{name} {_num(value)}")
+        """One sample of the counter or gauge `name` (declared on first use)."""
+        if kind == "counter" and not name.endswith("_total"):
+            raise ValueError(f"counter {name}: counter names end in _total")
+        self._family(name, kind, help_text).samples.append(self._sample(name, value, labels))
+
+    def summary(self, name: str, help_text: str, total: float, count: int,
+                **labels: str) -> None:
+        """A summary without quantiles: the `_sum` and `_count` of some observations."""
+        family = self._family(name, "summary", help_text)
+        family.samples.append(self._sample(f"{name}_sum", total, labels))
+        family.samples.append(self._sample(f"{name}_count", count, labels))
+
+    def text(self) -> str:
+        lines: list[str] = []
+        for name, family in self.families.items():
+            lines.append(f"# HELP {name} {_help_esc(family.help)}")
+            lines.append(f"# TYPE {name} {family.kind}")
+            lines.extend(family.samples)
+        return "\n".join(lines) + "\n"
+
+
+def _boot_time() -> float | None:
+    try:
+        with open("/proc/stat") as fh:
+            for line in fh:
+                if line.startswith("btime "):
+                    return float(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def _process(w: _Writer) -> None:
+    """The `process_*` families of the Prometheus client libraries, from /proc/self."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    w.metric("process_cpu_seconds_total", "counter",
+             "Total user and system CPU time spent in seconds.",
+             round(usage.ru_utime + usage.ru_stime, 3))
+    try:
+        with open("/proc/self/stat") as fh:
+            fields = fh.read().rsplit(") ", 1)[1].split()
+        # fields[0] is field 3 (state) of proc(5): starttime is 22, rss 24
+        start_ticks, rss_pages = int(fields[19]), int(fields[21])
+    except (OSError, IndexError, ValueError):
+        start_ticks = rss_pages = None
+    if rss_pages is not None:
+        w.metric("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.",
+                 rss_pages * os.sysconf("SC_PAGE_SIZE"))
+    boot = _boot_time()
+    if start_ticks is not None and boot is not None:
+        w.metric("process_start_time_seconds", "gauge",
+                 "Start time of the process since unix epoch in seconds.",
+                 round(boot + start_ticks / os.sysconf("SC_CLK_TCK"), 2))
+    try:
+        w.metric("process_open_fds", "gauge", "Number of open file descriptors.",
+                 len(os.listdir("/proc/self/fd")))
+    except OSError:
+        pass
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY:
+        w.metric("process_max_fds", "gauge", "Maximum number of open file descriptors.", soft)
+    w.metric("mlfs_process_max_rss_bytes", "gauge", "Daemon peak resident set size.",
+             usage.ru_maxrss * 1024)
 
 
 def render(exchange: Exchange) -> str:
     w = _Writer()
+    w.metric("mlfs_build_info", "gauge", "Always 1; the version of mlfs serving the mount.", 1,
+             version=__version__)
     w.metric("mlfs_uptime_seconds", "gauge", "Seconds since the mount started.",
              round(time.time() - exchange.started, 3))
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    w.metric("mlfs_process_cpu_seconds_total", "counter", "Daemon CPU time.",
-             round(usage.ru_utime + usage.ru_stime, 3))
-    w.metric("mlfs_process_max_rss_bytes", "gauge", "Daemon peak resident set size.",
-             usage.ru_maxrss * 1024)
+    _process(w)
     w.metric("mlfs_events_total", "counter", "Events published.", exchange.bus.published)
     w.metric("mlfs_event_readers", "gauge", "Open events files.",
              exchange.bus.subscriber_count)
@@ -103,12 +205,10 @@ def render(exchange: Exchange) -> str:
                      proxy.default_ticks, **labels)
             w.metric("mlfs_model_feedback_rows_total", "counter", "Feedback rows written.",
                      proxy.feedback.rows_total, **labels)
-            w.metric("mlfs_model_feedback_abs_error_sum", "counter",
-                     "Sum of |observed - expected| over feedback rows with an expectation.",
-                     round(proxy.errors_abs_sum, 6), **labels)
-            w.metric("mlfs_model_feedback_expected_total", "counter",
-                     "Feedback rows with an expectation (divide the sum by it for the MAE).",
-                     proxy.errors_count, **labels)
+            w.summary("mlfs_model_feedback_abs_error",
+                      "|observed - expected| over feedback rows with an expectation "
+                      "(rate of _sum / rate of _count = the mean absolute error).",
+                      round(proxy.errors_abs_sum, 6), proxy.errors_count, **labels)
             policy = proxy.policy
             w.metric("mlfs_model_policy_loaded", "gauge", "1 when a policy is loaded.",
                      1 if policy else 0, **labels)
@@ -116,4 +216,4 @@ def render(exchange: Exchange) -> str:
                 w.metric("mlfs_model_policy_inference_seconds", "gauge",
                          "Mean in-process policy inference time per ML tick.",
                          policy.seconds / policy.decisions, **labels)
-    return "\n".join(w.lines) + "\n"
+    return w.text()

@@ -89,3 +89,5 @@ def test_images_build_and_run_with_the_mount_propagated_to_the_host():
                    "policy", "trainer reattached to the new mount", "trainer done:",
                    "unmounted on the host", "] OK"):
         assert needle in out, f"{needle!r} missing from the script's output:\n{out[-6000:]}"
+    if os.environ.get("MLFS_CI_SYSTEMD", "1") == "1":  # the unit's Type=notify readiness
+        assert "Type=notify: READY=1 received" in out, out[-6000:]

@@ -13,6 +13,7 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -325,34 +326,95 @@ def unit_command(path: Path, key: str, mountpoint: Path) -> list[str]:
             for w in words]
 
 
+def _notify_socket(path: Path) -> socket.socket:
+    """What systemd offers a Type=notify service: an AF_UNIX datagram socket."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(path))
+    sock.settimeout(30)
+    return sock
+
+
 def test_the_daemon_unit_life_cycle_replayed_without_systemd(mount_root):
-    """ExecStart= in the foreground, ExecStartPost= (ready, read-ahead), ExecStop=."""
+    """ExecStart= in the foreground under a NOTIFY_SOCKET, ExecStartPost=, ExecStop=.
+
+    As systemd runs it: $NOTIFY_SOCKET and $INVOCATION_ID set; READY=1 arrives
+    only once the mount answers, STOPPING=1 when it begins to seal; it logs to
+    stderr alone (the journal), never also to STATE/mlfs.log.
+    """
     unit = SYSTEMD / "mlfs@.service"
+    assert unit_settings(unit, "Type") == ["notify"]
+    assert unit_settings(unit, "NotifyAccess") == ["main"]
     m = Mount(mount_root)
     start = unit_command(unit, "ExecStart", m.mountpoint)
     assert start[:4] == [str(venv_script("mlfs")), "mount", str(m.mountpoint), "--foreground"]
     start = [sys.executable, "-m", "mlfs", "mount", str(m.mountpoint), "--foreground",
              "--config", str(m.config_path), "--state-dir", str(m.state_dir)]
-    daemon = subprocess.Popen(start, cwd="/", stdin=subprocess.DEVNULL,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    notify = _notify_socket(mount_root / "notify")
+    # cwd "/" as systemd; PYTHONPATH: this checkout's mlfs, not another installed one
+    env = {**os.environ, "NOTIFY_SOCKET": str(mount_root / "notify"), "PYTHONPATH": str(REPO),
+           "INVOCATION_ID": "0123456789abcdef0123456789abcdef"}
+    stderr = open(mount_root / "stderr", "w+b")  # noqa: SIM115 - closed below
+    daemon = subprocess.Popen(start, cwd="/", stdin=subprocess.DEVNULL, env=env,
+                              stdout=subprocess.DEVNULL, stderr=stderr)
     m.pid = daemon.pid
     try:
-        ready = run(unit_command(unit, "ExecStartPost", m.mountpoint), timeout=30)
-        assert ready.returncode == 0, ready.stderr
+        ready = notify.recv(4096).decode()
+        assert ready.startswith("READY=1\n"), ready
+        assert f"MAINPID={daemon.pid}" in ready and "STATUS=serving 1 subsystem" in ready
         # active means answering, at once
         assert (m.mountpoint / "version").read_text().startswith("mlfs ")
+        post = run(unit_command(unit, "ExecStartPost", m.mountpoint), timeout=30)
+        assert post.returncode == 0, post.stderr
         dev = os.stat(m.mountpoint).st_dev
         bdi = Path(f"/sys/class/bdi/{os.major(dev)}:{os.minor(dev)}/read_ahead_kb")
         assert int(bdi.read_text()) >= 1024, "ExecStartPost= raises the mount's read-ahead"
         stop = run(unit_command(unit, "ExecStop", m.mountpoint), timeout=90)
         assert stop.returncode == 0, stop.stderr
+        assert notify.recv(4096) == b"STOPPING=1"
         assert daemon.wait(timeout=30) == 0, "a clean stop: exit 0, no restart"
         m.pid = None
         assert not os.path.ismount(m.mountpoint)
         # ExecStopPost= finds nothing to clear and its failure is ignored ("-")
         (post,) = unit_settings(unit, "ExecStopPost")
         assert post.startswith("-")
+        stderr.seek(0)
+        logged = stderr.read().decode()
+        assert "serving (pid" in logged and "sealing and unmounting" in logged, logged
+        assert not (m.state_dir / "mlfs.log").exists(), "logged twice: journal and mlfs.log"
     finally:
+        notify.close()
+        stderr.close()
+        end_daemon(m)
+        if daemon.poll() is None:
+            daemon.kill()
+        daemon.wait()
+
+
+def test_daemon_notifies_an_abstract_notify_socket_and_logs_to_a_file_outside_systemd(
+        mount_root):
+    """`@name` in NOTIFY_SOCKET is an abstract socket; without systemd, mlfs.log as before."""
+    m = Mount(mount_root)
+    name = f"mlfs-test-notify-{os.getpid()}"
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    notify.bind("\0" + name)
+    notify.settimeout(30)
+    env = {k: v for k, v in os.environ.items() if k not in ("INVOCATION_ID", "JOURNAL_STREAM")}
+    env["PYTHONPATH"] = str(REPO)
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "mlfs", "mount", str(m.mountpoint), "--foreground",
+         "--config", str(m.config_path), "--state-dir", str(m.state_dir)],
+        cwd="/", stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, env={**env, "NOTIFY_SOCKET": "@" + name})
+    m.pid = daemon.pid
+    try:
+        assert notify.recv(4096).startswith(b"READY=1\n")
+        os.kill(daemon.pid, signal.SIGTERM)
+        assert notify.recv(4096) == b"STOPPING=1"
+        assert daemon.wait(timeout=60) == 0
+        m.pid = None
+        assert "serving (pid" in (m.state_dir / "mlfs.log").read_text()
+    finally:
+        notify.close()
         end_daemon(m)
         if daemon.poll() is None:
             daemon.kill()

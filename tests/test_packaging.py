@@ -1,0 +1,65 @@
+"""What a packager and a new user read first: LICENSE, extras, README links, .ci/setup."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tomllib
+
+import pytest
+
+from tests.conftest import REPO
+
+PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+
+
+def test_license_file_is_the_mit_text_pyproject_declares():
+    assert PYPROJECT["license"] == "MIT" and PYPROJECT["license-files"] == ["LICENSE"]
+    text = (REPO / "LICENSE").read_text()
+    assert text.startswith("MIT License\n") and "Permission is hereby granted" in text
+
+
+def test_extras_offer_plots_and_docs_and_tests_pull_in_what_they_run():
+    extras = PYPROJECT["optional-dependencies"]
+    assert any(d.startswith("matplotlib") for d in extras["plots"])
+    assert {d.split(">")[0] for d in extras["docs"]} == {"argparse-manpage", "shtab"}
+    assert "mlfs[docs]" in extras["test"]  # tests/test_cli.py regenerates the man page
+    assert any(d.startswith("prometheus-client") for d in extras["test"])
+    for runtime in PYPROJECT["dependencies"]:
+        assert not runtime.startswith(("matplotlib", "argparse-manpage", "shtab"))
+    assert "Operating System :: POSIX :: Linux" in PYPROJECT["classifiers"]
+
+
+@pytest.mark.parametrize("name", ["README.md", "CHANGELOG.md", *sorted(
+    str(p.relative_to(REPO)) for p in (REPO / "docs").glob("*.md"))])
+def test_markdown_links_point_at_files_inside_the_repository(name):
+    path = REPO / name
+    text = path.read_text()
+    assert "../shared" not in text
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        assert not target.startswith(("http:", "https:")), f"{name}: external link {target}"
+        if target.startswith("#"):
+            continue
+        resolved = (path.parent / target.split("#")[0]).resolve()
+        assert resolved.is_relative_to(REPO) and resolved.exists(), f"{name}: {target}"
+
+
+def test_ci_setup_has_a_demo_subset_and_ci_run_is_the_readme_test_command():
+    setup = (REPO / ".ci/setup").read_text()
+    assert "iptables" in setup and "--demo" in setup
+    assert (REPO / ".ci/run").read_text().strip().endswith(
+        "bash .ci/setup && .venv/bin/python -m pytest -q")
+    readme = (REPO / "README.md").read_text()
+    assert "bash .ci/setup --demo && .venv/bin/mlfs demo" in readme
+    assert "bash .ci/setup && .venv/bin/python -m pytest -q" in readme
+    for heading in ("## Requirements", "## Install", "## A first look"):
+        assert heading in readme
+    wrong = subprocess.run(["bash", str(REPO / ".ci/setup"), "--bogus"], capture_output=True,
+                           text=True, timeout=30)
+    assert wrong.returncode == 2 and "usage" in wrong.stderr  # before installing anything
+    if shutil.which("shellcheck"):
+        done = subprocess.run(["shellcheck", "-S", "warning", str(REPO / ".ci/setup"),
+                               str(REPO / "tools/gen-cli-docs")],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stdout
