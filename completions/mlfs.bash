@@ -6,10 +6,11 @@
 # See also: https://github.com/scop/bash-completion/blob/main/doc/configuration.md
 
 _shtab_mlfs_config_subparsers=(default check)
-_shtab_mlfs_subparsers=(mount umount status report train demo bench config)
+_shtab_mlfs_subparsers=(mount umount restore status report train demo bench config)
 
 _shtab_mlfs_mount_option_strings=(-h --help --config --state-dir --foreground)
 _shtab_mlfs_umount_option_strings=(-h --help --timeout)
+_shtab_mlfs_restore_option_strings=(-h --help --state-dir)
 _shtab_mlfs_status_option_strings=(-h --help --json --watch)
 _shtab_mlfs_report_option_strings=(-h --help --model --out --all --last --max-points --png)
 _shtab_mlfs_train_option_strings=(-h --help --model --max-seconds --explore-ticks --relative)
@@ -23,13 +24,15 @@ _shtab_mlfs_option_strings=(-h --help --version)
 
 
 _shtab_mlfs_config_pos_0_choices=(default check)
-_shtab_mlfs_pos_0_choices=(mount umount status report train demo bench config)
+_shtab_mlfs_pos_0_choices=(mount umount restore status report train demo bench config)
 
 _shtab_mlfs_mount__h_nargs=0
 _shtab_mlfs_mount___help_nargs=0
 _shtab_mlfs_mount___foreground_nargs=0
 _shtab_mlfs_umount__h_nargs=0
 _shtab_mlfs_umount___help_nargs=0
+_shtab_mlfs_restore__h_nargs=0
+_shtab_mlfs_restore___help_nargs=0
 _shtab_mlfs_status__h_nargs=0
 _shtab_mlfs_status___help_nargs=0
 _shtab_mlfs_status___json_nargs=0
