@@ -214,6 +214,8 @@ def verify(data: bytes | str) -> VerifiedModel:
         bad = next(i for i, b in enumerate(data) if not (0x20 <= b <= 0x7E or b == 0x0A))
         raise invalid(f"policy byte {bad} (0x{data[bad]:02x}) is not printable ASCII "
                       "(LightGBM text format, \\n line ends)")
+    if not data.endswith(b"\n"):
+        raise invalid("policy does not end with a newline (truncated?)")
     lines = _Lines(data.decode("ascii"))
     header = _header(lines)
     names = header["feature_names"]
