@@ -155,15 +155,20 @@ class ModelProxy:
         Either way a log line and an `errors` line say why.
         """
         path = self._settings_path()
+        saved = None
         try:
             saved = self._settings_from(path.read_bytes())
         except FileNotFoundError:
-            self._save()
-            saved = None
+            pass
+        except OSError as exc:
+            self._state_damaged(path, f"unreadable: {exc}")
         except Refused as exc:
             self._state_damaged(path, exc.reason)
-            self._save()
-            saved = None
+        if saved is None:
+            try:
+                self._save()
+            except OSError as exc:  # e.g. a full disk: run on the defaults, save later
+                log.error("%s/%s: model.json not written: %s", self.runtime.name, self.name, exc)
         if saved is not None:
             self.controlled = saved["knobs"] or self.controlled
             if saved["pinned"] is not None:
@@ -194,7 +199,7 @@ class ModelProxy:
         """model.json checked field by field (Refused with the field's name)."""
         try:
             saved = json.loads(data)
-        except (ValueError, UnicodeDecodeError) as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: [[[[...]]]]
             raise invalid(f"not JSON: {str(exc)[:100]}") from None
         if not isinstance(saved, dict):
             raise invalid(f"not a JSON object but {type(saved).__name__}")

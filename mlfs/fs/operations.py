@@ -221,6 +221,9 @@ class Operations(pyfuse3.Operations):
             proxy.set_policy(data, loaded)
         except Refused as exc:
             raise proxy.refuse("policy", data[:200], exc) from None
+        except OSError as exc:  # a full disk (policy.txt), no process for the check
+            raise proxy.refuse("policy", data[:200], Refused(
+                exc.errno or errno.EIO, f"policy not installed: {exc.strerror or exc}")) from None
         except Exception as exc:
             raise proxy.refuse("policy", data[:200], Refused(errno.EINVAL, str(exc))) from None
 

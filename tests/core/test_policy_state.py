@@ -111,6 +111,7 @@ def test_a_damaged_saved_policy_is_set_aside_and_the_model_starts_without_it(
     (b'{"knobs": [], "pinned": null, "state": 5}', "state is '5'"),
     (b'{"knobs": [], "pinned": null, "state": "started", "x": 1}', "unknown field 'x'"),
     (b"\xff\xfe", "not JSON"),
+    (b"[" * 100_000 + b"]" * 100_000, "not JSON"),
 ])
 def test_a_damaged_model_json_is_set_aside_and_the_model_starts_with_defaults(
         state, content, reason):
