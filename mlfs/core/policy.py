@@ -163,8 +163,9 @@ class Policy:
             raise invalid(f"a decision would visit up to {nodes} nodes ({len(combos)} candidates "
                           f"x {self.verified.path_sum}), over {MAX_DECISION_NODES}")
         self.booster = lightgbm.Booster(model_str=text.decode("ascii"))
-        if list(self.booster.feature_name()) != self.feature_names:
-            raise invalid("LightGBM read other feature names than the verifier")
+        if (list(self.booster.feature_name()) != self.feature_names
+                or self.booster.num_trees() != self.verified.trees):
+            raise invalid("LightGBM read another model than the verifier did")
         self.candidates = [dict(zip(used, combo, strict=True)) for combo in combos]
         self._knob_by_column = knob_by_column
         self._used = used
