@@ -183,8 +183,9 @@ class Policy:
                ) -> tuple[dict[str, KnobValue], float]:
         """The best candidate for these features: (knob name -> value, prediction).
 
-        Raises PolicyRemoved when LightGBM fails or the decision took more
-        than DECIDE_BUDGET_SECONDS of CPU (its result is not used then).
+        Raises PolicyRemoved when LightGBM fails, predicts inf or nan, or the
+        decision took more than DECIDE_BUDGET_SECONDS of CPU (its result is
+        not used then).
         """
         started = time.perf_counter()
         cpu = time.thread_time()
@@ -202,6 +203,8 @@ class Policy:
             predictions = self.booster.predict(matrix, num_threads=1)
         except Exception as exc:
             raise PolicyRemoved(f"prediction failed: {str(exc)[:200]}") from exc
+        if not np.isfinite(predictions).all():  # finite leaves can still sum (or exp) to inf
+            raise PolicyRemoved("a prediction is not a finite number")
         spent = time.thread_time() - cpu
         if spent > DECIDE_BUDGET_SECONDS:
             raise PolicyRemoved(f"a decision took {spent * 1000:.0f} ms of CPU, over the "

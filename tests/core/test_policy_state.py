@@ -9,6 +9,7 @@ is removed the same way, with a `policy` event carrying the reason.
 from __future__ import annotations
 
 import json
+import re
 
 import lightgbm as lgb
 import numpy as np
@@ -18,6 +19,7 @@ from backends.sim_readahead import SimReadahead
 from mlfs.config import parse_config
 from mlfs.core import policy as policy_module
 from mlfs.core.exchange import Exchange
+from tests.core.test_verifier import fix_sizes
 
 CONFIG = """
 [modes]
@@ -173,3 +175,15 @@ def test_a_policy_that_fails_in_lightgbm_is_removed_the_same_way(state):
     [event] = removed_events(events)
     assert event["reason"].startswith("prediction failed: ")
     assert "policy removed: prediction failed" in list(proxy.errors)[0]
+
+
+def test_a_policy_whose_finite_leaves_sum_to_infinity_is_removed(state):
+    path = model_dir(state) / "policy.txt"
+    text = path.read_text()
+    huge = re.sub(r"^leaf_value=.*$", lambda m: "leaf_value=" + " ".join(
+        ["1.7e308"] * len(m.group(0).split(" "))), text, flags=re.M)
+    path.write_text(fix_sizes(huge))  # (with stale tree_sizes LightGBM would abort)
+    events, proxy = run_policy_ticks(state, lambda proxy: None)
+    assert proxy.policy is None
+    [event] = removed_events(events)
+    assert event["reason"] == "a prediction is not a finite number"
