@@ -169,7 +169,7 @@ class ModelProxy:
                 self._save()
             except OSError as exc:  # e.g. a full disk: run on the defaults, save later
                 log.error("%s/%s: model.json not written: %s", self.runtime.name, self.name, exc)
-        if saved is not None:
+        else:
             self.controlled = saved["knobs"] or self.controlled
             if saved["pinned"] is not None:
                 self.pinned = saved["pinned"]
