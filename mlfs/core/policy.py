@@ -7,9 +7,13 @@ proxy builds one row per candidate knob setting from the latest features,
 predicts, and applies the best candidate (argmax, or argmin for goal "min");
 the prediction is the tick's `expected`.
 
-A policy file is first loaded in a separate, resource-limited process
-(`python -m mlfs.core.policy`), so a malformed or hostile file can crash only
-that process, never the daemon; only then is it loaded here.
+A policy is untrusted: before LightGBM ever sees it, `mlfs.core.verifier`
+reads it strictly (every node, index and number; bounded trees, leaves and
+depth) -- in a separate, resource-limited process (`python -m
+mlfs.core.policy`) that then loads and runs it once, and again here, in
+`Policy`, which is also what a saved policy goes through at start-up.  A
+prediction then visits a bounded number of nodes, all in range; `decide`
+still measures each decision and raises `PolicyRemoved` over a budget.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -28,10 +33,36 @@ from backends.base import Knob, KnobValue
 
 from .errors import invalid
 from .text import knob_column
+from .verifier import MAX_POLICY_BYTES, verify
 
-MAX_POLICY_BYTES = 16 << 20
+__all__ = ["MAX_POLICY_BYTES", "Policy", "PolicyRemoved", "check_in_subprocess"]
+
 MAX_CANDIDATES = 4096
 CHECK_TIMEOUT = 20.0
+# The package this daemon runs: the check process must import the same one,
+# whatever the daemon's cwd (an editable install elsewhere would win otherwise).
+PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+
+# A decision predicts one row per candidate, and each row visits at most
+# `path_sum` nodes (the verifier's bound), so its cost is known before the
+# policy runs.  Measured: 3.3-3.8 ns of CPU per node visited (LightGBM 4.7,
+# one thread, a 150-tree trainer policy on 4096 rows).  32 M nodes is then
+# ~0.12 s of CPU at most; our trainer needs ~16 k typically (14 candidates x
+# path sum ~1,100) and ~5 M with 4096 candidates.
+MAX_DECISION_NODES = 32_000_000
+# A decision runs on the trio thread, so it stalls every file operation while
+# it runs.  Over this much CPU time (thread_time: other processes' load does
+# not count) the policy costs what the static bound did not foresee: it is
+# removed.  Twice the bound above; a typical decision takes ~0.4 ms.
+DECIDE_BUDGET_SECONDS = 0.25
+
+
+class PolicyRemoved(Exception):
+    """A running policy failed or ran over its budget: the proxy removes it."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 def candidate_values(knob: Knob) -> list[KnobValue]:
@@ -72,17 +103,29 @@ def encode_knob(knob: Knob, value: KnobValue) -> float:
 
 
 def check_in_subprocess(text: bytes) -> dict:
-    """Load the model in a throw-away process; return its feature names."""
+    """Verify and load the model in a throw-away process; return its feature names.
+
+    Defence in depth: the child runs the verifier before LightGBM, under
+    memory and CPU limits, so a text that gets past the verifier and still
+    crashes or spins LightGBM kills only the child.
+    """
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env["PYTHONPATH"] = os.pathsep.join(
+        [PACKAGE_ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     try:
         done = subprocess.run(
             [sys.executable, "-m", "mlfs.core.policy"],
             input=text,
             capture_output=True,
             timeout=CHECK_TIMEOUT,
-            env={**os.environ, "OMP_NUM_THREADS": "1"},
+            cwd=PACKAGE_ROOT,
+            env=env,
         )
     except subprocess.TimeoutExpired:
         raise invalid("policy check timed out") from None
+    if done.returncode == 2:  # the verifier refused: its reason is the last line
+        tail = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["refused"]
+        raise invalid(tail[0][:300])
     if done.returncode != 0:
         tail = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["crashed"]
         raise invalid(f"policy does not load as a LightGBM model: {tail[0][:200]}")
@@ -99,10 +142,10 @@ class Policy:
                  features: list[str], goal: str) -> None:
         import lightgbm
 
+        self.verified = verify(text)  # before LightGBM sees a byte of it
         self.text = text
         self.goal = goal
-        self.booster = lightgbm.Booster(model_str=text.decode("ascii"))
-        self.feature_names = list(self.booster.feature_name())
+        self.feature_names = list(self.verified.feature_names)
         knob_by_column = {knob_column(name): knobs[name] for name in knobs}
         feature_set = set(features)
         controlled_columns = {knob_column(name) for name in controlled}
@@ -115,6 +158,14 @@ class Policy:
             raise invalid("policy uses none of the knobs this model controls")
         grids = [candidate_values(knob_by_column[c]) for c in used]
         combos = list(itertools.islice(itertools.product(*grids), MAX_CANDIDATES))
+        nodes = len(combos) * self.verified.path_sum
+        if nodes > MAX_DECISION_NODES:
+            raise invalid(f"a decision would visit up to {nodes} nodes ({len(combos)} candidates "
+                          f"x {self.verified.path_sum}), over {MAX_DECISION_NODES}")
+        self.booster = lightgbm.Booster(model_str=text.decode("ascii"))
+        if (list(self.booster.feature_name()) != self.feature_names
+                or self.booster.num_trees() != self.verified.trees):
+            raise invalid("LightGBM read another model than the verifier did")
         self.candidates = [dict(zip(used, combo, strict=True)) for combo in combos]
         self._knob_by_column = knob_by_column
         self._used = used
@@ -130,8 +181,14 @@ class Policy:
 
     def decide(self, features: dict[str, float], current: dict[str, KnobValue]
                ) -> tuple[dict[str, KnobValue], float]:
-        """The best candidate for these features: (knob name -> value, prediction)."""
+        """The best candidate for these features: (knob name -> value, prediction).
+
+        Raises PolicyRemoved when LightGBM fails, predicts inf or nan, or the
+        decision took more than DECIDE_BUDGET_SECONDS of CPU (its result is
+        not used then).
+        """
         started = time.perf_counter()
+        cpu = time.thread_time()
         matrix = self._matrix
         for j, name in enumerate(self.feature_names):
             if name in self._used:
@@ -142,7 +199,16 @@ class Policy:
             else:
                 value = features.get(name, math.nan)
                 matrix[:, j] = value if value is not None else math.nan
-        predictions = self.booster.predict(matrix, num_threads=1)
+        try:
+            predictions = self.booster.predict(matrix, num_threads=1)
+        except Exception as exc:
+            raise PolicyRemoved(f"prediction failed: {str(exc)[:200]}") from exc
+        if not np.isfinite(predictions).all():  # finite leaves can still sum (or exp) to inf
+            raise PolicyRemoved("a prediction is not a finite number")
+        spent = time.thread_time() - cpu
+        if spent > DECIDE_BUDGET_SECONDS:
+            raise PolicyRemoved(f"a decision took {spent * 1000:.0f} ms of CPU, over the "
+                                f"{DECIDE_BUDGET_SECONDS * 1000:.0f} ms budget")
         top = predictions.max() if self.goal == "max" else predictions.min()
         tied = np.flatnonzero(predictions == top)
         best = int(tied[np.argmin(self._distance[tied])])  # a tie: the least change
@@ -153,7 +219,10 @@ class Policy:
 
 
 def _check_main() -> int:
-    """Child side of check_in_subprocess: load, predict once, report columns."""
+    """Child side of check_in_subprocess: verify, load, predict once, report columns.
+
+    Exit status 2 with the reason on stderr: the verifier refused.
+    """
     try:
         import resource
 
@@ -161,13 +230,21 @@ def _check_main() -> int:
         resource.setrlimit(resource.RLIMIT_CPU, (15, 15))
     except (ImportError, ValueError, OSError):
         pass
-    import lightgbm
+    from .errors import Refused
 
     text = sys.stdin.buffer.read()
+    try:
+        verified = verify(text)
+    except Refused as exc:
+        print(exc.reason, file=sys.stderr)
+        return 2
+    import lightgbm
+
     booster = lightgbm.Booster(model_str=text.decode("ascii"))
     names = booster.feature_name()
     booster.predict(np.zeros((1, len(names))), num_threads=1)
-    json.dump({"feature_names": names, "trees": booster.num_trees()}, sys.stdout)
+    json.dump({"feature_names": names, "trees": booster.num_trees(),
+               "verified": list(verified.feature_names) == list(names)}, sys.stdout)
     return 0
 
 

@@ -13,7 +13,6 @@ import collections
 import json
 import logging
 import math
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,11 +23,13 @@ import pyarrow as pa
 from backends.base import KnobValue
 
 from .clock import now_us, rfc3339
+from .durable import set_aside, write_durably
 from .efficiency import EfficiencyWindow
 from .errors import Refused, busy, invalid
-from .policy import MAX_POLICY_BYTES, Policy
+from .policy import Policy, PolicyRemoved, check_in_subprocess
 from .store import PortionStore
 from .text import decode_text, escape_input, knob_column, one_word, parse_recommendations
+from .verifier import verify
 
 if TYPE_CHECKING:
     from .exchange import SubsystemRuntime
@@ -145,34 +146,92 @@ class ModelProxy:
         return self.directory / "policy.txt"
 
     def _load(self) -> None:
+        """Read back model.json and policy.txt; what fails validation is set aside.
+
+        Damaged state never stops a mount: a model.json that does not parse
+        or has a wrong field is renamed `.damaged` and the model starts with
+        its defaults; a saved policy is verified again (as on upload) and one
+        that fails is renamed `.damaged`, the model starts without a policy.
+        Either way a log line and an `errors` line say why.
+        """
+        path = self._settings_path()
+        saved = None
         try:
-            saved = json.loads(self._settings_path().read_text())
-        except (FileNotFoundError, ValueError):
-            self._save()
-            return
-        knobs = [k for k in saved.get("knobs", []) if k in self.runtime.subsystem.knobs]
-        self.controlled = knobs or self.controlled
-        if saved.get("pinned") in MODES:
-            self.pinned = saved["pinned"]
-            self.mode = self.pinned
-        if saved.get("state") in ("started", "running"):
-            self.state = "started"
-        elif saved.get("state") == "stopped":
-            self.state = "stopped"
-        try:
-            text = self._policy_path().read_bytes()
-            if text:
-                self._install_policy(text)
+            saved = self._settings_from(path.read_bytes())
         except FileNotFoundError:
             pass
-        except Exception as exc:  # a saved policy that no longer fits is dropped, loudly
-            log.error("%s/%s: saved policy not loaded: %s", self.runtime.name, self.name, exc)
+        except OSError as exc:
+            self._state_damaged(path, f"unreadable: {exc}")
+        except Refused as exc:
+            self._state_damaged(path, exc.reason)
+        if saved is None:
+            try:
+                self._save()
+            except OSError as exc:  # e.g. a full disk: run on the defaults, save later
+                log.error("%s/%s: model.json not written: %s", self.runtime.name, self.name, exc)
+        else:
+            self.controlled = saved["knobs"] or self.controlled
+            if saved["pinned"] is not None:
+                self.pinned = saved["pinned"]
+                self.mode = self.pinned
+            if saved["state"] in ("started", "running"):
+                self.state = "started"
+            elif saved["state"] == "stopped":
+                self.state = "stopped"
+        path = self._policy_path()
+        try:
+            text = path.read_bytes()
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            self._state_damaged(path, f"unreadable: {exc}")
+            return
+        if not text:
+            return
+        try:
+            self._install_policy(self._build_policy(text))
+        except Refused as exc:
+            self._state_damaged(path, exc.reason)
+        except Exception as exc:  # LightGBM refused what the verifier let through
+            self._state_damaged(path, f"does not load: {str(exc)[:200]}")
+
+    def _settings_from(self, data: bytes) -> dict:
+        """model.json checked field by field (Refused with the field's name)."""
+        try:
+            saved = json.loads(data)
+        except (ValueError, RecursionError) as exc:  # RecursionError: [[[[...]]]]
+            raise invalid(f"not JSON: {str(exc)[:100]}") from None
+        if not isinstance(saved, dict):
+            raise invalid(f"not a JSON object but {type(saved).__name__}")
+        unknown = set(saved) - {"knobs", "pinned", "state"}
+        if unknown:
+            raise invalid(f"unknown field {sorted(unknown)[0][:40]!r}")
+        knobs = saved.get("knobs", [])
+        if not isinstance(knobs, list) or not all(isinstance(k, str) for k in knobs):
+            raise invalid("knobs is not a list of knob names")
+        for name in knobs:
+            if name not in self.runtime.subsystem.knobs:
+                raise invalid(f"knobs: {name[:40]!r} is not a knob of {self.runtime.name}")
+        if len(set(knobs)) != len(knobs):
+            raise invalid("knobs: a knob is named twice")
+        pinned = saved.get("pinned")
+        if pinned is not None and pinned not in MODES:
+            raise invalid(f"pinned is {str(pinned)[:40]!r}, not null or one of {' '.join(MODES)}")
+        state = saved.get("state", "initialized")
+        if state not in STATES:
+            raise invalid(f"state is {str(state)[:40]!r}, not one of {' '.join(STATES)}")
+        return {"knobs": [k for k in self.runtime.subsystem.knobs if k in knobs],
+                "pinned": pinned, "state": state}
+
+    def _state_damaged(self, path: Path, reason: str) -> None:
+        """A state file failed validation: set it aside, say so in errors (and the log)."""
+        moved = set_aside(path, f"{self.runtime.name}/{self.name}: {reason}")
+        where = f"set aside as {moved.name}" if moved else "could not be set aside"
+        self.errors.append(f"{rfc3339()} {path.name} {reason} ({where})")
 
     def _save(self) -> None:
-        tmp = self._settings_path().with_suffix(".tmp")
-        tmp.write_text(json.dumps({"knobs": self.controlled, "pinned": self.pinned,
-                                   "state": self.state}))
-        os.replace(tmp, self._settings_path())
+        write_durably(self._settings_path(), json.dumps(
+            {"knobs": self.controlled, "pinned": self.pinned, "state": self.state}).encode())
 
     # ---- shown attributes -------------------------------------------------
     @property
@@ -351,38 +410,52 @@ class ModelProxy:
         if self.mode == "emergency" and self.emergency_cause == "silent":
             self._switch(self.pinned or "learning", f"trainer is back ({what})")
 
-    def check_policy(self, text: bytes) -> bytes:
-        """The cheap checks before the out-of-process load (any thread)."""
-        if len(text) > MAX_POLICY_BYTES:
-            raise invalid(f"policy of {len(text)} bytes is over {MAX_POLICY_BYTES}")
-        try:
-            text.decode("ascii")
-        except UnicodeDecodeError:
-            raise invalid("policy is not ASCII text (LightGBM text format)") from None
-        if not text.lstrip().startswith(b"tree"):
-            raise invalid("policy is not a LightGBM text model (no 'tree' header)")
-        return text
+    def check_policy(self, text: bytes) -> Policy:
+        """Verify, load once in a check process, and build the Policy (any thread).
 
-    def _install_policy(self, text: bytes) -> None:
+        Changes nothing: `set_policy` installs the result on the trio thread.
+        The verifier runs first here, so garbage is refused without starting
+        a process; the check process and `Policy` run it again before their
+        LightGBM sees the text.
+        """
+        verify(text)
+        check_in_subprocess(text)
+        return self._build_policy(text)
+
+    def _build_policy(self, text: bytes) -> Policy:
         subsystem = self.runtime.subsystem
-        self.policy = Policy(text, subsystem.knobs, self.controlled,
-                             list(self.runtime.feature_columns), subsystem.objective.goal)
+        return Policy(text, subsystem.knobs, list(self.controlled),
+                      list(self.runtime.feature_columns), subsystem.objective.goal)
+
+    def _install_policy(self, policy: Policy) -> None:
+        self.policy = policy
         self.policy_loaded_ns = time.monotonic_ns()
 
-    def set_policy(self, text: bytes) -> None:
-        """Install a policy already loaded once in a subprocess (trio thread)."""
+    def set_policy(self, text: bytes, policy: Policy | None = None) -> None:
+        """Install a policy from `check_policy` (trio thread); empty text removes it."""
         if not text:
             self.policy = None
             self._policy_path().unlink(missing_ok=True)
-            self.bus.publish(self.runtime.name, "policy", model=self.name, status="removed")
+            self.bus.publish(self.runtime.name, "policy", model=self.name, status="removed",
+                             reason="emptied by a write")
             return
-        self._install_policy(text)
-        tmp = self._policy_path().with_suffix(".tmp")
-        tmp.write_bytes(text)
-        os.replace(tmp, self._policy_path())
+        if policy is None:
+            policy = self._build_policy(text)
+        write_durably(self._policy_path(), text)
+        self._install_policy(policy)
         self.bus.publish(self.runtime.name, "policy", model=self.name, status="loaded",
-                         trees=self.policy.booster.num_trees())
+                         trees=policy.verified.trees)
         self._heard_from_trainer("policy")
+
+    def _remove_policy(self, reason: str) -> None:
+        """A running policy failed or ran over budget: drop it, keep the file for a look."""
+        self.policy = None
+        log.error("%s/%s: policy removed: %s", self.runtime.name, self.name, reason)
+        self.errors.append(f"{rfc3339()} policy removed: {reason}")
+        if self._policy_path().exists():
+            set_aside(self._policy_path(), f"{self.runtime.name}/{self.name}: removed: {reason}")
+        self.bus.publish(self.runtime.name, "policy", model=self.name, status="removed",
+                         reason=reason)
 
     # ---- the tick ---------------------------------------------------------
     def share(self) -> float:
@@ -422,10 +495,11 @@ class ModelProxy:
         if self.policy is not None and features is not None:
             try:
                 knobs, expected = self.policy.decide(features, current)
+            except PolicyRemoved as exc:
+                self._remove_policy(exc.reason)
+                return None
             except Exception as exc:  # a policy must never stop the tick loop
-                log.error("%s/%s: policy failed, removed: %s", self.runtime.name, self.name, exc)
-                self.policy = None
-                self.bus.publish(self.runtime.name, "policy", model=self.name, status="failed")
+                self._remove_policy(f"failed: {type(exc).__name__}: {str(exc)[:200]}")
                 return None
             return Decision(knobs, expected, "policy", None)
         return None

@@ -213,16 +213,17 @@ class Operations(pyfuse3.Operations):
         await self.exchange.model_control(proxy, data)
 
     async def policy(self, proxy: ModelProxy, data: bytes) -> None:
-        """Validate out of process (off the trio thread), then install."""
+        """Verify, check out of process and load off the trio thread, then install."""
         try:
+            loaded = None
             if data:
-                proxy.check_policy(data)
-                from ..core.policy import check_in_subprocess
-
-                await trio.to_thread.run_sync(check_in_subprocess, data)
-            proxy.set_policy(data)
+                loaded = await trio.to_thread.run_sync(proxy.check_policy, data)
+            proxy.set_policy(data, loaded)
         except Refused as exc:
             raise proxy.refuse("policy", data[:200], exc) from None
+        except OSError as exc:  # a full disk (policy.txt), no process for the check
+            raise proxy.refuse("policy", data[:200], Refused(
+                exc.errno or errno.EIO, f"policy not installed: {exc.strerror or exc}")) from None
         except Exception as exc:
             raise proxy.refuse("policy", data[:200], Refused(errno.EINVAL, str(exc))) from None
 
