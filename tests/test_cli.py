@@ -98,7 +98,8 @@ def test_config_check_prints_one_line_naming_the_file_and_exits_2(tmp_path, text
 def test_config_check_of_a_missing_file_exits_2_naming_it(tmp_path):
     done = run("config", "check", str(tmp_path / "nope.toml"))
     assert done.returncode == 2
-    assert done.stderr == f"mlfs: {tmp_path / 'nope.toml'}: cannot read: No such file or directory\n"
+    missing = tmp_path / "nope.toml"
+    assert done.stderr == f"mlfs: {missing}: cannot read: No such file or directory\n"
 
 
 def test_train_on_a_path_that_does_not_exist_exits_2_with_one_line(tmp_path):
