@@ -44,18 +44,27 @@ class StoreConfig:
     journal_seal_seconds: float = 30.0
     retention_bytes: int = 1 << 30
     retention_count: int = 1000
+    # rows one store keeps in memory while the state dir refuses writes; at the
+    # bound ticks are held (skipped, counted) and recommend gets ENOSPC
+    max_waiting_rows: int = 65536
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_waiting_rows <= 1 << 24:
+            raise ValueError(f"store.max_waiting_rows: {self.max_waiting_rows} is not "
+                             f"1..{1 << 24}")
 
     def dataset(self) -> StorePolicy:
         return StorePolicy(self.seal_rows, self.seal_seconds, self.retention_bytes,
-                           self.retention_count)
+                           self.retention_count, max_waiting_rows=self.max_waiting_rows)
 
     def feedback(self) -> StorePolicy:
         return StorePolicy(self.seal_rows, self.feedback_seal_seconds, self.retention_bytes,
-                           self.retention_count)
+                           self.retention_count, max_waiting_rows=self.max_waiting_rows)
 
     def journal(self) -> StorePolicy:
         return StorePolicy(self.seal_rows, self.journal_seal_seconds, self.retention_bytes,
-                           self.retention_count, durable=True)
+                           self.retention_count, durable=True,
+                           max_waiting_rows=self.max_waiting_rows)
 
 
 @dataclass(frozen=True)
@@ -66,8 +75,12 @@ class MountConfig:
     # Prometheus text at http://<metrics_address>:<metrics_port>/metrics (0 = off)
     metrics_port: int = 0
     metrics_address: str = "127.0.0.1"
+    # models of all subsystems together; mkdir beyond it gets ENOSPC
+    max_models: int = 4096
 
     def __post_init__(self) -> None:
+        if not 1 <= self.max_models <= 100_000:
+            raise ValueError(f"mount.max_models: {self.max_models} is not 1..100000")
         if not 0 <= self.metrics_port <= 65535:
             raise ValueError(f"mount.metrics_port: {self.metrics_port} is not 0..65535")
         if not self.metrics_address:

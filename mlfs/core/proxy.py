@@ -24,10 +24,11 @@ import pyarrow as pa
 from backends.base import KnobValue
 
 from .clock import now_us, rfc3339
+from .durable import write_durably
 from .efficiency import EfficiencyWindow
 from .errors import Refused, busy, invalid
 from .policy import MAX_POLICY_BYTES, Policy
-from .store import PortionStore
+from .store import PortionStore, StoreError, errno_name
 from .text import decode_text, escape_input, knob_column, one_word, parse_recommendations
 
 if TYPE_CHECKING:
@@ -109,9 +110,9 @@ class ModelProxy:
         directory.mkdir(parents=True, exist_ok=True)
         store_config = runtime.exchange.config.store
         self.journal = PortionStore(directory / "recommendations", journal_schema(), "seq",
-                                    store_config.journal())
+                                    store_config.journal(), runtime.watch, "journal")
         self.feedback = PortionStore(directory / "feedback", feedback_schema(runtime), "tick",
-                                     store_config.feedback())
+                                     store_config.feedback(), runtime.watch, "feedback")
         self.state = "initialized"
         self.mode = "learning"
         self.pinned: str | None = None
@@ -138,6 +139,15 @@ class ModelProxy:
         self._load()
 
     # ---- persistence ------------------------------------------------------
+    @staticmethod
+    def prepare_directory(directory: Path, runtime: SubsystemRuntime) -> None:
+        """Lay out a new model's directory; its settings file, written last, marks it whole."""
+        (directory / "recommendations").mkdir()
+        (directory / "feedback").mkdir()
+        settings = {"knobs": list(runtime.subsystem.knobs), "pinned": None,
+                    "state": "initialized"}
+        write_durably(directory / "model.json", json.dumps(settings).encode())
+
     def _settings_path(self) -> Path:
         return self.directory / "model.json"
 
@@ -301,14 +311,16 @@ class ModelProxy:
 
     # ---- trainer inputs ---------------------------------------------------
     def _journal(self, status: str, rec_id: int | None, line: str, reason: str,
-                 expect: float | None = None, ttl: int | None = None) -> int:
-        self._journal_seq += 1
-        seq = self._journal_seq
+                 expect: float | None = None, ttl: int | None = None,
+                 strict: bool = False) -> int:
+        """One journal row; `strict`: written now or StoreError, nothing changed."""
+        seq = self._journal_seq + 1
         self.journal.append({
             "seq": seq, "id": rec_id if rec_id is not None else seq, "ts": now_us(),
             "tick": self.runtime.next_tick, "model": self.name, "line": line,
             "status": status, "reason": reason, "expect": expect, "ttl": ttl,
-        })
+        }, strict=strict)
+        self._journal_seq = seq
         self.counts[status] += 1
         self.runtime.exchange.count_recommendation(status)
         return seq
@@ -319,7 +331,13 @@ class ModelProxy:
                          status=status, reason=reason)
 
     def recommend(self, data: bytes) -> list[int]:
-        """Check a whole write; journal and publish; return accepted ids."""
+        """Check a whole write; journal and publish; return accepted ids.
+
+        Each accepted row is written to the journal's WAL before anything
+        changes; when that fails (ENOSPC, EIO, EMFILE, the store is full) the
+        rows already written are withdrawn and the writer gets the errno.
+        The caller then fdatasyncs the WAL (`journal.sync`) before success.
+        """
         try:
             lines = parse_recommendations(data, self.runtime.subsystem.knobs,
                                           set(self.controlled))
@@ -332,9 +350,19 @@ class ModelProxy:
                               else " (pinned)"))
         except Refused as exc:
             raise self.refuse("recommend", data, exc) from None
-        ids = []
+        ids: list[int] = []
         for parsed in lines:
-            rec_id = self._journal("accepted", None, parsed.line, "", parsed.expect, parsed.ttl)
+            try:
+                rec_id = self._journal("accepted", None, parsed.line, "", parsed.expect,
+                                       parsed.ttl, strict=True)
+            except StoreError as exc:
+                reason = f"journal not writable: {errno_name(exc)}"
+                self.withdraw(ids, reason)
+                self.errors.append(f"{rfc3339()} recommend {reason}: {escape_input(data)}")
+                self.runtime.exchange.count_error(self.runtime.name, "recommend")
+                log.error("%s/%s: recommend failed (%s): %s", self.runtime.name, self.name,
+                          reason, escape_input(data))
+                raise Refused(exc.errno, reason) from None
             rec = Recommendation(rec_id, parsed.line, parsed.knobs, parsed.expect, parsed.ttl,
                                  self.runtime.next_tick, time.monotonic_ns())
             self.bus.publish(self.runtime.name, "recommendation", model=self.name, id=rec_id,
@@ -345,6 +373,12 @@ class ModelProxy:
             ids.append(rec_id)
         self._heard_from_trainer("recommendation")
         return ids
+
+    def withdraw(self, ids: list[int], reason: str) -> None:
+        """Accepted rows whose write failed after all: no longer in effect."""
+        if self.current is not None and self.current.id in ids:
+            self._finish(self.current, "ignored", reason)
+            self.current = None
 
     def _heard_from_trainer(self, what: str) -> None:
         self.last_trainer_input = time.monotonic()

@@ -61,13 +61,6 @@ def _guard(handler):
     return wrapper
 
 
-def _fdatasync_and_close(fd: int) -> None:
-    try:
-        os.fdatasync(fd)
-    finally:
-        os.close(fd)
-
-
 def opener_interrupted(pid: int) -> bool:
     """True when `pid` has exited or has a pending signal it does not block.
 
@@ -197,9 +190,14 @@ class Operations(pyfuse3.Operations):
         slow disk stalls only this writer, not every request of the mount
         (concurrent writers' syncs overlap: a natural group commit).
         """
-        proxy.recommend(data)
-        fd = proxy.journal.sync_fd()
-        await trio.to_thread.run_sync(_fdatasync_and_close, fd)
+        ids = proxy.recommend(data)  # Refused(ENOSPC/EIO/...) when the WAL write failed
+        try:
+            await trio.to_thread.run_sync(proxy.journal.sync)
+        except OSError as exc:  # written but not durable: withdrawn, the writer is told
+            reason = f"journal not durable: {errno.errorcode.get(exc.errno, exc)}"
+            log.error("%s/%s: recommend failed (%s)", proxy.runtime.name, proxy.name, reason)
+            proxy.withdraw(ids, reason)
+            raise pyfuse3.FUSEError(exc.errno or errno.EIO) from None
 
     async def control(self, runtime: SubsystemRuntime, data: bytes) -> None:
         try:

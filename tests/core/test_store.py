@@ -82,6 +82,7 @@ def test_a_torn_last_write_ahead_line_is_dropped_and_the_rest_recovered(tmp_path
 def test_rows_already_sealed_are_not_replayed_from_a_leftover_write_ahead_file(tmp_path):
     store = make_store(tmp_path)
     append_ticks(store, range(0, 6))
+    store.flush_wal()
     (wal,) = wal_files(tmp_path)
     saved = wal.read_bytes()
     store.seal_now()
@@ -93,21 +94,21 @@ def test_rows_already_sealed_are_not_replayed_from_a_leftover_write_ahead_file(t
 
 
 def test_a_crash_during_recovery_never_duplicates_rows(tmp_path):
-    """Recovery copies the old WAL into a new one before unlinking the old one."""
+    """Recovery keeps the old WAL (no copy) until a portion holds its rows."""
     store = make_store(tmp_path)
     append_ticks(store, range(0, 5))
     store.close()
     (old,) = wal_files(tmp_path)
-    saved = old.read_bytes()
-    recovered = make_store(tmp_path)  # replays into a new WAL, unlinks the old
-    recovered.close()
-    old.write_bytes(saved)  # ... as if it died before the unlink
+    recovered = make_store(tmp_path)  # replays, keeps the file
+    append_ticks(recovered, [5])
+    recovered.close()  # dies again before sealing
     assert len(wal_files(tmp_path)) == 2
     again = make_store(tmp_path)
     again.seal_now()
     ticks = sealed_ticks(again)
     assert ticks == sorted(set(ticks)), f"a tick was recovered twice: {ticks}"
-    assert ticks == [0, 1, 2, 3, 4]
+    assert ticks == [0, 1, 2, 3, 4, 5]
+    assert wal_files(tmp_path) == [], "a sealed batch's write-ahead files all go"
 
 
 def test_portion_numbers_are_never_reused_after_discard_and_restart(tmp_path):
@@ -183,7 +184,7 @@ def test_leftover_temporary_files_are_removed_and_damaged_portions_set_aside(tmp
     again = make_store(tmp_path)
     assert sorted(again.portions) == [1]
     assert not (tmp_path / "0000000002.tmp").exists()
-    assert (tmp_path / "0000000003.damaged").exists()
+    assert (tmp_path / "0000000003.parquet.damaged").exists()
     append_ticks(again, [3])
     assert again.seal_now().number == 4, "a damaged portion's number is not reused"
 
