@@ -314,6 +314,9 @@ class ModelProxy:
                  expect: float | None = None, ttl: int | None = None,
                  strict: bool = False) -> int:
         """One journal row; `strict`: written now or StoreError, nothing changed."""
+        if status == "rejected" and self.journal.full:
+            # a refusal the writer was told of; kept out of a full memory, logged by refuse()
+            return 0
         seq = self._journal_seq + 1
         self.journal.append({
             "seq": seq, "id": rec_id if rec_id is not None else seq, "ts": now_us(),
@@ -343,6 +346,9 @@ class ModelProxy:
                                           set(self.controlled))
             if not self.active:
                 raise invalid(f"model is {self.state}, not started")
+            failing = self.runtime.watch.error()
+            if failing is not None:  # nothing could be recorded: say why, not just EBUSY
+                raise Refused(failing[0], f"state directory: {failing[1]}")
             if self.mode == "emergency" and (self.emergency_cause == "critical"
                                              or self.pinned == "emergency"):
                 raise busy("model is in emergency"

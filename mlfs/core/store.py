@@ -144,6 +144,12 @@ class StoreWatch:
     def full(self) -> bool:
         return any(store.full for store in self.dirty)
 
+    def error(self) -> tuple[int, str] | None:
+        """(errno, "ENOSPC writing dataset") of the first failing store."""
+        for store, reason in self.failing.items():
+            return (store.error or (errno.EIO, ""))[0], f"{reason} writing {store.kind}"
+        return None
+
 
 class StoreError(OSError):
     """A write that cannot be made durable now (carries the underlying errno)."""
@@ -662,7 +668,7 @@ def _fits(kind: pa.DataType, value: object) -> bool:
             -_INT64 <= value < _INT64
     if pa.types.is_floating(kind):
         return isinstance(value, float) or (
-            isinstance(value, int) and not isinstance(value, bool) and abs(value) < 1 << 1000)
+            isinstance(value, int) and not isinstance(value, bool) and abs(value) < _INT64)
     if pa.types.is_string(kind):
         return isinstance(value, str)
     if pa.types.is_boolean(kind):
