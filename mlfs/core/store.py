@@ -181,6 +181,7 @@ class PortionStore:
         self._flush_error: tuple[int, str] | None = None
         self._seal_error: tuple[int, str] | None = None
         self.closed = False
+        self.strict_path = self._wal_path()  # the WAL of the last strict row
         self.sealing = 0  # batches handed to a thread, not yet committed
         self.rows_total = 0
         self.sealed_total = 0
@@ -367,6 +368,7 @@ class PortionStore:
                 raise StoreError(errno.ENOSPC, f"{self.waiting} rows wait to be sealed "
                                  f"(max_waiting_rows {self.policy.max_waiting_rows})")
             self._write_strict(line)
+            self.strict_path = self._wal_path()
         else:
             self._wal_buf += line
             if self.policy.durable:
@@ -434,14 +436,15 @@ class PortionStore:
             self._update_failing("write-ahead file writable again")
         return True
 
-    def sync(self) -> None:
-        """fdatasync the current WAL (worker thread; a writer waits for it).
+    def sync(self, path: Path) -> None:
+        """fdatasync a WAL file (worker thread; a writer waits for it).
 
-        A WAL already sealed and removed is fine: its rows are in a durable
-        portion by then.
+        `path` is `strict_path` taken right after the strict append (a seal
+        may rotate the WAL meanwhile).  A WAL already removed is fine: it goes
+        only after the portion holding its rows is durable.
         """
         try:
-            fd = os.open(self._wal_path(), os.O_RDONLY | os.O_CLOEXEC)
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
             return
         try:
@@ -644,8 +647,10 @@ class PortionStore:
         return sum(p.size for p in self.portions.values())
 
     def close(self) -> None:
-        """Write what is queued (best effort: the rows stay in memory otherwise)."""
-        self.flush_wal()
+        """Write what is queued (best effort: a failing disk keeps what it refuses)."""
+        if not self.flush_wal():
+            log.error("%s: %d bytes of write-ahead lines could not be written at close (%s)",
+                      self.directory, len(self._wal_buf), self.error)
         self.closed = True
         self.watch.dirty.discard(self)
         self.watch.failing.pop(self, None)

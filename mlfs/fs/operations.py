@@ -186,13 +186,17 @@ class Operations(pyfuse3.Operations):
     async def recommend(self, proxy: ModelProxy, data: bytes) -> None:
         """Accept, then make the journal durable before the write returns.
 
-        The fdatasync runs in a worker thread on a duplicate descriptor, so a
-        slow disk stalls only this writer, not every request of the mount
-        (concurrent writers' syncs overlap: a natural group commit).
+        The journal line is written on the trio thread (a failure refuses the
+        write with its errno, nothing changed); the fdatasync runs in a worker
+        thread on a descriptor of its own, so a slow disk stalls only this
+        writer, not every request of the mount (concurrent writers' syncs
+        overlap: a natural group commit).  A failed fdatasync withdraws the
+        recommendation and the writer gets the errno.
         """
         ids = proxy.recommend(data)  # Refused(ENOSPC/EIO/...) when the WAL write failed
+        wal = proxy.journal.strict_path  # taken before any await: a seal may rotate it
         try:
-            await trio.to_thread.run_sync(proxy.journal.sync)
+            await trio.to_thread.run_sync(proxy.journal.sync, wal)
         except OSError as exc:  # written but not durable: withdrawn, the writer is told
             reason = f"journal not durable: {errno.errorcode.get(exc.errno, exc)}"
             log.error("%s/%s: recommend failed (%s)", proxy.runtime.name, proxy.name, reason)
