@@ -291,7 +291,9 @@ class SubsystemRuntime:
                 self.exchange.bus.publish(self.name, "knob", knob=knob, status=status,
                                           reason=str(reason))
         self._set_critical(critical)
-        self.held = None
+        if self.held is not None:
+            log.warning("%s: ticks resume after %d held", self.name, self.skipped_ticks)
+            self.held = None
         self.last_sample = sample
         self.last_features = sample_features
         self.knob_values = knobs
