@@ -432,13 +432,11 @@ class Exchange:
                     await trio.sleep(min(0.01, runtime.subsystem.tick_seconds / 4))
         while store.sealing:  # a concurrent seal: let it land first
             await trio.sleep(0.005)
-        # older batches first (a failed one is retried now), then what is pending
-        while store.due(math.inf) and not store.closed:
-            before = store.waiting
+        # failed batches first (retried now, in order), then one seal of what is pending
+        while not store.closed:
+            retrying = store.retrying
             await self.seal(store)
-            if store.error is not None:
-                break
-            if store.waiting >= before:
+            if store.error is not None or not retrying:
                 break
         if store.error is not None:
             code, name = store.error

@@ -334,6 +334,11 @@ class PortionStore:
         return self.waiting >= self.policy.max_waiting_rows
 
     @property
+    def retrying(self) -> bool:
+        """Batches that failed wait to be written again (before any newer one)."""
+        return bool(self._failed)
+
+    @property
     def error(self) -> tuple[int, str] | None:
         """(errno, "ENOSPC") of the last failed flush or seal, while it lasts."""
         return self._flush_error or self._seal_error
