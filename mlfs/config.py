@@ -46,18 +46,22 @@ class StoreConfig:
     journal_seal_seconds: float = 30.0
     retention_bytes: int = 1 << 30
     retention_count: int = 1000
+    # rows one store keeps in memory while the state dir refuses writes; at the
+    # bound ticks are held (skipped, counted) and recommend gets ENOSPC
+    max_waiting_rows: int = 65536
 
     def dataset(self) -> StorePolicy:
         return StorePolicy(self.seal_rows, self.seal_seconds, self.retention_bytes,
-                           self.retention_count)
+                           self.retention_count, max_waiting_rows=self.max_waiting_rows)
 
     def feedback(self) -> StorePolicy:
         return StorePolicy(self.seal_rows, self.feedback_seal_seconds, self.retention_bytes,
-                           self.retention_count)
+                           self.retention_count, max_waiting_rows=self.max_waiting_rows)
 
     def journal(self) -> StorePolicy:
         return StorePolicy(self.seal_rows, self.journal_seal_seconds, self.retention_bytes,
-                           self.retention_count, durable=True)
+                           self.retention_count, durable=True,
+                           max_waiting_rows=self.max_waiting_rows)
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,8 @@ class MountConfig:
     # Prometheus text at http://<metrics_address>:<metrics_port>/metrics (0 = off)
     metrics_port: int = 0
     metrics_address: str = "127.0.0.1"
+    # models of all subsystems together; mkdir beyond it gets ENOSPC
+    max_models: int = 4096
 
 
 @dataclass(frozen=True)
@@ -90,6 +96,7 @@ RANGES: dict[str, tuple[float, float]] = {
     # pyfuse3 starts 8 worker tasks (daemon.py): fewer as a maximum makes no sense
     "mount.max_tasks": (8, 65536),
     "mount.metrics_port": (0, 65535),
+    "mount.max_models": (1, 100_000),
     "store.seal_rows": (1, 10_000_000),
     # a portion at most every 0.1 s per store; at least one a year
     "store.seal_seconds": (0.1, 31_536_000),
@@ -97,6 +104,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "store.journal_seal_seconds": (0.1, 31_536_000),
     "store.retention_bytes": (1, 1 << 60),
     "store.retention_count": (1, 1_000_000_000),
+    "store.max_waiting_rows": (1, 1 << 24),
     # shares of ticks
     "modes.learning_share": (0.0, 1.0),
     "modes.collaboration_share": (0.0, 1.0),

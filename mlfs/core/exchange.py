@@ -24,18 +24,21 @@ import trio
 from backends.base import KnobValue, Sample, Subsystem
 
 from .clock import now_us
-from .durable import set_aside
+from .durable import fsync_dir, set_aside
 from .errors import Refused, invalid
 from .events import EventBus
 from .proxy import Decision, ModelProxy
 from .statedir import read_word, subsystem_dir
-from .store import Portion, PortionStore
-from .text import MODEL_NAME, column_name, knob_column, one_word, parse_float
+from .store import Portion, PortionStore, StoreWatch, errno_name
+from .text import MODEL_NAME, column_name, escape_input, knob_column, one_word, parse_float
 
 log = logging.getLogger("mlfs.exchange")
 
 _ARROW_TYPES = {"float64": pa.float64(), "int64": pa.int64(), "string": pa.string()}
 TICK_RESERVE = 1000
+#: a model directory under construction (mkdir): never loaded, removed at start-up
+_NEW_PREFIX = ".new-"
+MODEL_SETTINGS = "model.json"
 
 
 @dataclass
@@ -60,8 +63,10 @@ class SubsystemRuntime:
         self.feature_columns = {column_name(n): t for n, t in subsystem.features.items()}
         self._column_names = {n: column_name(n) for n in subsystem.features}
         self._knob_columns = {n: knob_column(n) for n in subsystem.knobs}
+        #: stores with work for the seal loop, and which of them fail (critical state)
+        self.watch = StoreWatch()
         self.dataset = PortionStore(self.directory / "dataset", self.dataset_schema(), "tick",
-                                    exchange.config.store.dataset())
+                                    exchange.config.store.dataset(), self.watch, "dataset")
         self._tick_path = self.directory / "tick_reserved"
         last = self.dataset.last_key if self.dataset.last_key is not None else -1
         text, why = read_word(self._tick_path)
@@ -75,19 +80,29 @@ class SubsystemRuntime:
         self.next_tick = max(reserved, last + 1)
         self._reserved = self.next_tick
         self.models: dict[str, ModelProxy] = {}
+        self._active: list[ModelProxy] | None = None  # started models, in `models` order
         self.last_sample: Sample | None = None
         self.last_features: dict | None = None
         self.knob_values: dict[str, KnobValue] = subsystem.default_knobs(None)
         self.last_objective = math.nan
         self._objective_override: float | None = None
         self.critical: str | None = None
+        #: why ticks are held (nothing can be recorded), None while they run
+        self.held: str | None = None
+        self.skipped_ticks = 0
         self.ticks = 0
         self.tick_seconds_total = 0.0
         self.errors = 0
         models_dir = self.directory / "models"
         models_dir.mkdir(exist_ok=True)
         for entry in sorted(models_dir.iterdir()):
-            if entry.is_dir() and MODEL_NAME.fullmatch(entry.name):
+            if entry.name.startswith(_NEW_PREFIX):  # a mkdir that never returned
+                shutil.rmtree(entry, ignore_errors=True)
+            elif entry.is_dir() and MODEL_NAME.fullmatch(entry.name):
+                if not (entry / MODEL_SETTINGS).exists():
+                    log.warning("%s: %s has no %s (not a complete model); ignored",
+                                self.name, entry, MODEL_SETTINGS)
+                    continue
                 self.models[entry.name] = ModelProxy(self, entry.name, entry,
                                                      exchange.new_generation())
         for proxy in self.models.values():  # drop ownership conflicts left by a crash
@@ -124,6 +139,15 @@ class SubsystemRuntime:
         }
 
     # ---- models -------------------------------------------------------------
+    def models_changed(self) -> None:
+        """A model was added, removed, started or stopped."""
+        self._active = None
+
+    def active_models(self) -> list[ModelProxy]:
+        if self._active is None:
+            self._active = [p for p in self.models.values() if p.active]
+        return self._active
+
     def owner_conflict(self, proxy: ModelProxy, knobs: list[str]) -> tuple[str, str] | None:
         for other in self.models.values():
             if other is proxy or not other.active:
@@ -134,15 +158,39 @@ class SubsystemRuntime:
         return None
 
     def create_model(self, name: str) -> ModelProxy:
+        """mkdir: a complete model directory appears by one rename, or nothing does.
+
+        The directory is built under a temporary name (its settings file
+        last) and renamed into place, so a crash or an error half-way (EMFILE,
+        ENOSPC) never leaves something that comes back as a model.
+        """
         if not MODEL_NAME.fullmatch(name):
             raise invalid(f"model name {name!r} is not [a-z0-9][a-z0-9._-]{{0,63}}")
         if name in self.models:
             raise Refused(errno.EEXIST, f"model {name!r} exists")
-        directory = self.directory / "models" / name
-        if directory.exists():  # left by an rmdir that crashed half-way
-            shutil.rmtree(directory)
-        proxy = ModelProxy(self, name, directory, self.exchange.new_generation())
+        limit = self.exchange.config.mount.max_models
+        if self.exchange.model_count() >= limit:
+            raise Refused(errno.ENOSPC, f"the mount has {limit} models (mount.max_models)")
+        models_dir = self.directory / "models"
+        directory = models_dir / name
+        staging = models_dir / (_NEW_PREFIX + name)
+        try:
+            if directory.exists():  # left by an rmdir that crashed half-way
+                shutil.rmtree(directory)
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.mkdir()
+            ModelProxy.prepare_directory(staging, self)
+            os.rename(staging, directory)
+            fsync_dir(models_dir)
+            proxy = ModelProxy(self, name, directory, self.exchange.new_generation())
+        except OSError as exc:
+            shutil.rmtree(staging, ignore_errors=True)
+            shutil.rmtree(directory, ignore_errors=True)
+            log.warning("%s: mkdir %s failed: %s", self.name, name, exc)
+            raise Refused(exc.errno or errno.EIO, f"model {name!r} not created: "
+                          f"{errno_name(exc)} in the state directory") from None
         self.models[name] = proxy
+        self.models_changed()
         self.exchange.bus.publish(self.name, "state", model=name,
                                   **{"from": None, "to": "initialized"})
         return proxy
@@ -152,6 +200,7 @@ class SubsystemRuntime:
         proxy = self.models.pop(name, None)
         if proxy is None:
             raise Refused(errno.ENOENT, f"no model {name!r}")
+        self.models_changed()
         proxy.destroy()
         shutil.rmtree(proxy.directory, ignore_errors=True)
         self.exchange.bus.publish(self.name, "state", model=name,
@@ -160,7 +209,13 @@ class SubsystemRuntime:
 
     # ---- attributes -----------------------------------------------------------
     def write_objective(self, data: bytes) -> None:
-        value = parse_float(one_word(data, "objective"), "objective")
+        try:
+            value = parse_float(one_word(data, "objective"), "objective")
+        except Refused as exc:
+            self.exchange.count_error(self.name, "objective")
+            log.warning("%s: objective refused (%s): %s", self.name, exc.reason,
+                        escape_input(data))
+            raise
         self._objective_override = value
 
     def objective_text(self) -> str:
@@ -188,11 +243,11 @@ class SubsystemRuntime:
         """
         started = time.perf_counter()
         tick = self.next_tick
+        if tick + 1 > self._reserved:  # before the number is used: OSError consumes none
+            self._reserve(tick + 1 + TICK_RESERVE)
         self.next_tick += 1
-        if self.next_tick > self._reserved:
-            self._reserve(self.next_tick + TICK_RESERVE)
         knobs = self.subsystem.default_knobs(self.last_sample)
-        active = [p for p in self.models.values() if p.active]
+        active = list(self.active_models())
         decisions = []
         for proxy in active:
             proxy.expire(tick)
@@ -227,21 +282,22 @@ class SubsystemRuntime:
         row.update(sample_features)
         row["objective"] = objective
         self.dataset.append(row)
+        critical = sample.critical or self.watch.reason()
         by_proxy = {p.name: d for p, d in decisions}
         for proxy in active:
             proxy.record(plan.tick, ts, by_proxy.get(proxy.name), objective, knobs,
                          plan.features)
-            proxy.update_mode(sample.critical)
+            proxy.update_mode(critical)
         for status in ("refused", "foreign"):
             for knob, reason in (sample.extra.get(status) or {}).items():
                 self.exchange.count_error(self.name, f"knobs/{knob}")
                 log.warning("%s: knob %s %s: %s", self.name, knob, status, reason)
                 self.exchange.bus.publish(self.name, "knob", knob=knob, status=status,
                                           reason=str(reason))
-        if sample.critical != self.critical:
-            if sample.critical:
-                log.warning("%s: critical state: %s", self.name, sample.critical)
-            self.critical = sample.critical
+        self._set_critical(critical)
+        if self.held is not None:
+            log.warning("%s: ticks resume after %d held", self.name, self.skipped_ticks)
+            self.held = None
         self.last_sample = sample
         self.last_features = sample_features
         self.knob_values = knobs
@@ -249,6 +305,29 @@ class SubsystemRuntime:
         self.ticks += 1
         self.tick_seconds_total += time.perf_counter() - plan.started
         return sample
+
+    def _set_critical(self, critical: str | None) -> None:
+        if critical != self.critical:
+            if critical:
+                log.warning("%s: critical state: %s", self.name, critical)
+            self.critical = critical
+
+    def hold(self, reason: str) -> None:
+        """Skip a tick that could not be recorded; started models go to emergency.
+
+        While the state dir refuses writes, rows wait in memory up to
+        `store.max_waiting_rows`; at that bound (or when a tick number cannot
+        be reserved) ticking stops instead of dropping rows: the backend keeps
+        its default, nothing is recorded, and each skipped tick is counted.
+        """
+        if self.held is None:
+            log.error("%s: ticks held, nothing can be recorded: %s", self.name, reason)
+        self.held = reason
+        self.skipped_ticks += 1
+        critical = f"storage: {reason}"
+        for proxy in self.active_models():
+            proxy.update_mode(critical)
+        self._set_critical(critical)
 
     def _reserve(self, upto: int) -> None:
         """Persist a tick high-water mark so a crash never reuses a tick number."""
@@ -292,6 +371,9 @@ class Exchange:
     def count_error(self, subsystem: str, file: str) -> None:
         self.errors[(subsystem, file)] += 1
 
+    def model_count(self) -> int:
+        return sum(len(runtime.models) for runtime in self.runtimes.values())
+
     # ---- sealing --------------------------------------------------------------
     def _store_owner(self, store: PortionStore
                      ) -> tuple[SubsystemRuntime, ModelProxy | None] | None:
@@ -324,20 +406,25 @@ class Exchange:
             return None
         try:
             portion = await trio.to_thread.run_sync(store.write_batch, batch)
-            if self._store_owner(store) is None:
+            if store.closed:
                 # its model was removed (rmdir) meanwhile, perhaps re-created under
                 # the same name: the file must not turn up in the new model's dir
-                portion.path.unlink(missing_ok=True)
+                if portion is not None:
+                    portion.path.unlink(missing_ok=True)
+                store.sealing -= 1
                 return None
-        except Exception:
-            if self._store_owner(store) is None:
+        except Exception as exc:
+            if store.closed:
+                store.sealing -= 1
                 return None  # its model was removed (rmdir) while it was written
-            log.exception("sealing %s failed; rows stay in the write-ahead file",
-                          store.directory)
-            store.abort(batch)
+            if not isinstance(exc, OSError):
+                log.exception("sealing %s failed; the batch is kept and retried",
+                              store.directory)
+            store.abort(batch, exc)  # kept in memory and in its WAL, retried first
             return None
-        store.commit(portion)
-        self._announce(store, portion)
+        store.commit(portion, batch)
+        if portion is not None:
+            self._announce(store, portion)
         return portion
 
     async def prepare_dataset(self, runtime: SubsystemRuntime) -> None:
@@ -349,7 +436,15 @@ class Exchange:
                     await trio.sleep(min(0.01, runtime.subsystem.tick_seconds / 4))
         while store.sealing:  # a concurrent seal: let it land first
             await trio.sleep(0.005)
-        await self.seal(store)
+        # failed batches first (retried now, in order), then one seal of what is pending
+        while not store.closed:
+            retrying = store.retrying
+            await self.seal(store)
+            if store.error is not None or not retrying:
+                break
+        if store.error is not None:
+            code, name = store.error
+            raise Refused(code, f"dataset not sealed: {name} in the state directory")
 
     def discard_dataset(self, runtime: SubsystemRuntime) -> list[Portion]:
         return runtime.dataset.discard()
@@ -394,12 +489,7 @@ class Exchange:
         deadline = trio.current_time()
         while not self._stopping:
             try:
-                plan = runtime.plan()
-                if getattr(runtime.subsystem, "blocking", False):
-                    sample = await trio.to_thread.run_sync(runtime.subsystem.step, plan.knobs)
-                else:
-                    sample = runtime.subsystem.step(plan.knobs)
-                runtime.finish(plan, sample)
+                await self._one_tick(runtime)
             except Exception:
                 runtime.errors += 1
                 log.exception("%s: tick failed", runtime.name)
@@ -409,23 +499,54 @@ class Exchange:
                 deadline = now
             await trio.sleep_until(deadline)
 
+    async def _one_tick(self, runtime: SubsystemRuntime) -> None:
+        if runtime.watch.full():
+            runtime.hold("rows waiting in memory reached store.max_waiting_rows"
+                         + (f" ({runtime.watch.reason()})" if runtime.watch.failing else ""))
+            return
+        try:
+            plan = runtime.plan()
+        except OSError as exc:  # the tick number could not be reserved: none consumed
+            runtime.hold(f"{errno_name(exc)} reserving tick numbers")
+            return
+        if getattr(runtime.subsystem, "blocking", False):
+            sample = await trio.to_thread.run_sync(runtime.subsystem.step, plan.knobs)
+        else:
+            sample = runtime.subsystem.step(plan.knobs)
+        runtime.finish(plan, sample)
+
     async def _seal_loop(self) -> None:
+        """Every 50 ms: write queued WAL lines and seal due stores.
+
+        Only stores in a `StoreWatch.dirty` set are visited, so idle models
+        cost nothing here.  Nothing in it may end the loop: a store error is
+        recorded on the store (critical state, retried), anything else is
+        logged and the loop goes on.
+        """
         while True:
             now = time.monotonic()
             for runtime in list(self.runtimes.values()):
-                for store in runtime.stores():
-                    store.flush_wal()
-                    if store.sealing == 0 and store.due(now):
-                        await self.seal(store)
+                for store in list(runtime.watch.dirty):
+                    try:
+                        store.flush_wal()
+                        if store.sealing == 0 and store.due(now):
+                            await self.seal(store)
+                        store.settle()
+                    except Exception:
+                        log.exception("%s: seal loop", store.directory)
             await trio.sleep(0.05)
 
     async def seal_all(self) -> None:
         self._stopping = True
         for runtime in self.runtimes.values():
-            for store in runtime.stores():
+            for store in list(runtime.watch.dirty):
                 while store.sealing:
                     await trio.sleep(0.005)
-                await self.seal(store)
+                while store.due(math.inf) and store.error is None:
+                    before = store.waiting
+                    await self.seal(store)
+                    if store.waiting >= before:
+                        break
 
     def close(self) -> None:
         self.bus.close()

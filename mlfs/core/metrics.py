@@ -175,7 +175,24 @@ def render(exchange: Exchange) -> str:
                  runtime.dataset.bytes(), subsystem=sub)
         w.metric("mlfs_portions_sealed_total", "counter", "Portions sealed.",
                  runtime.dataset.sealed_total, subsystem=sub)
-        w.metric("mlfs_critical", "gauge", "1 while the backend reports a critical state.",
+        watch = runtime.watch
+        w.metric("mlfs_store_failing", "gauge",
+                 "Stores whose last write to the state dir failed (critical while > 0).",
+                 len(watch.failing), subsystem=sub)
+        w.metric("mlfs_store_failures_total", "counter",
+                 "Failed WAL writes and seals (each retried until it works).",
+                 watch.failures_total, subsystem=sub)
+        w.metric("mlfs_store_rows_waiting", "gauge",
+                 "Rows held in memory until a portion holds them (all stores).",
+                 sum(store.waiting for store in watch.dirty), subsystem=sub)
+        w.metric("mlfs_store_quarantined_rows_total", "counter",
+                 "Rows or WAL lines that cannot be sealed, kept in quarantine/.",
+                 watch.quarantined_rows_total, subsystem=sub)
+        w.metric("mlfs_ticks_skipped_total", "counter",
+                 "Ticks held because nothing could be recorded (store.max_waiting_rows).",
+                 runtime.skipped_ticks, subsystem=sub)
+        w.metric("mlfs_critical", "gauge",
+                 "1 while the backend or the state dir reports a critical state.",
                  1 if runtime.critical else 0, subsystem=sub)
         w.metric("mlfs_objective", "gauge", "Last tick's objective.", runtime.last_objective,
                  subsystem=sub)

@@ -27,7 +27,7 @@ from .durable import set_aside, write_durably
 from .efficiency import EfficiencyWindow
 from .errors import Refused, busy, invalid
 from .policy import Policy, PolicyRemoved, check_in_subprocess
-from .store import PortionStore
+from .store import PortionStore, StoreError, errno_name
 from .text import decode_text, escape_input, knob_column, one_word, parse_recommendations
 from .verifier import verify
 
@@ -110,9 +110,9 @@ class ModelProxy:
         directory.mkdir(parents=True, exist_ok=True)
         store_config = runtime.exchange.config.store
         self.journal = PortionStore(directory / "recommendations", journal_schema(), "seq",
-                                    store_config.journal())
+                                    store_config.journal(), runtime.watch, "journal")
         self.feedback = PortionStore(directory / "feedback", feedback_schema(runtime), "tick",
-                                     store_config.feedback())
+                                     store_config.feedback(), runtime.watch, "feedback")
         self.state = "initialized"
         self.mode = "learning"
         self.pinned: str | None = None
@@ -139,6 +139,15 @@ class ModelProxy:
         self._load()
 
     # ---- persistence ------------------------------------------------------
+    @staticmethod
+    def prepare_directory(directory: Path, runtime: SubsystemRuntime) -> None:
+        """Lay out a new model's directory; its settings file, written last, marks it whole."""
+        (directory / "recommendations").mkdir()
+        (directory / "feedback").mkdir()
+        settings = {"knobs": list(runtime.subsystem.knobs), "pinned": None,
+                    "state": "initialized"}
+        write_durably(directory / "model.json", json.dumps(settings).encode())
+
     def _settings_path(self) -> Path:
         return self.directory / "model.json"
 
@@ -244,7 +253,18 @@ class ModelProxy:
 
     @property
     def active(self) -> bool:
-        return self.state in ("started", "running")
+        return self._state in ("started", "running")
+
+    @property
+    def state(self) -> str:
+        return self._state
+
+    @state.setter
+    def state(self, new: str) -> None:
+        # the tick loop keeps a list of active models; idle ones then cost
+        # nothing per tick (2,000 `active` checks were ~1 % CPU at 50 ticks/s)
+        self._state = new
+        self.runtime.models_changed()
 
     def efficiency_text(self) -> str:
         value = self.window.stats().efficiency
@@ -360,14 +380,19 @@ class ModelProxy:
 
     # ---- trainer inputs ---------------------------------------------------
     def _journal(self, status: str, rec_id: int | None, line: str, reason: str,
-                 expect: float | None = None, ttl: int | None = None) -> int:
-        self._journal_seq += 1
-        seq = self._journal_seq
+                 expect: float | None = None, ttl: int | None = None,
+                 strict: bool = False) -> int:
+        """One journal row; `strict`: written now or StoreError, nothing changed."""
+        if status == "rejected" and self.journal.full:
+            # a refusal the writer was told of; kept out of a full memory, logged by refuse()
+            return 0
+        seq = self._journal_seq + 1
         self.journal.append({
             "seq": seq, "id": rec_id if rec_id is not None else seq, "ts": now_us(),
             "tick": self.runtime.next_tick, "model": self.name, "line": line,
             "status": status, "reason": reason, "expect": expect, "ttl": ttl,
-        })
+        }, strict=strict)
+        self._journal_seq = seq
         self.counts[status] += 1
         self.runtime.exchange.count_recommendation(status)
         return seq
@@ -378,12 +403,21 @@ class ModelProxy:
                          status=status, reason=reason)
 
     def recommend(self, data: bytes) -> list[int]:
-        """Check a whole write; journal and publish; return accepted ids."""
+        """Check a whole write; journal and publish; return accepted ids.
+
+        Each accepted row is written to the journal's WAL before anything
+        changes; when that fails (ENOSPC, EIO, EMFILE, the store is full) the
+        rows already written are withdrawn and the writer gets the errno.
+        The caller then fdatasyncs the WAL (`journal.sync`) before success.
+        """
         try:
             lines = parse_recommendations(data, self.runtime.subsystem.knobs,
                                           set(self.controlled))
             if not self.active:
                 raise invalid(f"model is {self.state}, not started")
+            failing = self.runtime.watch.error()
+            if failing is not None:  # nothing could be recorded: say why, not just EBUSY
+                raise Refused(failing[0], f"state directory: {failing[1]}")
             if self.mode == "emergency" and (self.emergency_cause == "critical"
                                              or self.pinned == "emergency"):
                 raise busy("model is in emergency"
@@ -391,9 +425,19 @@ class ModelProxy:
                               else " (pinned)"))
         except Refused as exc:
             raise self.refuse("recommend", data, exc) from None
-        ids = []
+        ids: list[int] = []
         for parsed in lines:
-            rec_id = self._journal("accepted", None, parsed.line, "", parsed.expect, parsed.ttl)
+            try:
+                rec_id = self._journal("accepted", None, parsed.line, "", parsed.expect,
+                                       parsed.ttl, strict=True)
+            except StoreError as exc:
+                reason = f"journal not writable: {errno_name(exc)}"
+                self.withdraw(ids, reason)
+                self.errors.append(f"{rfc3339()} recommend {reason}: {escape_input(data)}")
+                self.runtime.exchange.count_error(self.runtime.name, "recommend")
+                log.error("%s/%s: recommend failed (%s): %s", self.runtime.name, self.name,
+                          reason, escape_input(data))
+                raise Refused(exc.errno, reason) from None
             rec = Recommendation(rec_id, parsed.line, parsed.knobs, parsed.expect, parsed.ttl,
                                  self.runtime.next_tick, time.monotonic_ns())
             self.bus.publish(self.runtime.name, "recommendation", model=self.name, id=rec_id,
@@ -404,6 +448,12 @@ class ModelProxy:
             ids.append(rec_id)
         self._heard_from_trainer("recommendation")
         return ids
+
+    def withdraw(self, ids: list[int], reason: str) -> None:
+        """Accepted rows whose write failed after all: no longer in effect."""
+        if self.current is not None and self.current.id in ids:
+            self._finish(self.current, "ignored", reason)
+            self.current = None
 
     def _heard_from_trainer(self, what: str) -> None:
         self.last_trainer_input = time.monotonic()

@@ -2,35 +2,80 @@
 
 A store owns one directory of the state dir (a subsystem's dataset, a model's
 feedback or recommendation journal).  Rows are appended to an in-memory
-column buffer *and* to a write-ahead file (one JSON line per row, written with
-a single os.write so a SIGKILL loses nothing the kernel has accepted).
-Sealing swaps the buffer and the WAL out on the trio thread, encodes Parquet
-in a worker thread (tmp file, fsync, rename: a portion is complete before its
-name exists) and only then publishes it.  Portion numbers come from a
-persisted counter and are never reused, even after `discard`.
+column buffer *and* to a write-ahead file (one JSON line per row).  Sealing
+swaps the buffer and the WAL out on the trio thread, encodes Parquet in a
+worker thread (tmp file, fsync, rename: a portion is complete before its name
+exists) and only then publishes it.  Portion numbers come from a persisted
+counter and are never reused, even after `discard`.
+
+Faults are conditions, not crashes (see docs/operators.md, limits and faults):
+
+- A write-ahead file is deleted only after the portion holding its rows (or
+  the quarantine file holding rows that cannot be encoded) is durable.
+- A batch whose write fails (ENOSPC, EIO, EMFILE) stays in memory with its
+  WAL files and is retried *before* any later batch: portions stay in key
+  order, so replay's rule "a row at or below the newest sealed key is
+  already kept" stays true.
+- Rows that cannot be encoded (a value out of a column's range or of the
+  wrong type) and WAL lines that are not a row of this schema are written to
+  `quarantine/` as JSON lines, logged and counted, never dropped.  Only a
+  torn last line (no newline) of the newest WAL is skipped without a trace:
+  its write never returned, so nobody was told it was kept.
+- No file descriptor is held between writes: the WAL is opened, appended and
+  closed per flush, so an idle store costs no descriptor (10,000 models at 2
+  fds each exhausted the daemon's RLIMIT_NOFILE).
+- A store with work to do (queued lines, pending rows, failed batches) sits in
+  its `StoreWatch.dirty` set; the seal loop visits only those.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from .durable import fsync_dir, set_aside, write_durably
+
 log = logging.getLogger("mlfs.store")
 
 PORTION_SUFFIX = ".parquet"
 _WAL_PREFIX = "wal."
+QUARANTINE_DIR = "quarantine"
+#: seconds between retries of a failed seal (each retry encodes the batch again)
+SEAL_RETRY_SECONDS = 1.0
+#: what pyarrow raises for a value it can never encode: quarantine, do not retry
+ENCODE_ERRORS = (ValueError, OverflowError, TypeError, pa.ArrowInvalid, pa.ArrowTypeError,
+                 pa.ArrowNotImplementedError)
 
 
 def portion_name(number: int) -> str:
     return f"{number:010d}{PORTION_SUFFIX}"
+
+
+def _portion_number(name: str) -> int | None:
+    """The number of `0000000007.parquet` and of its set-aside `.damaged` names."""
+    stem = name.split(".", 1)[0]
+    return int(stem) if stem.isdigit() and len(stem) == 10 else None
+
+
+def _wal_seq(path: Path) -> int | None:
+    parts = path.name.split(".")
+    if len(parts) == 3 and parts[1].isdigit() and parts[2] == "jsonl":
+        return int(parts[1])
+    return None
+
+
+def errno_name(exc: BaseException) -> str:
+    code = getattr(exc, "errno", None)
+    return errno.errorcode.get(code, type(exc).__name__) if code else type(exc).__name__
 
 
 @dataclass(frozen=True)
@@ -48,12 +93,20 @@ class Portion:
 
 @dataclass
 class Batch:
-    """Rows taken out of the buffer, waiting to be written as one portion."""
+    """Rows taken out of the buffer, waiting to be written as one portion.
+
+    `wal_paths` hold its rows on disk until the portion is durable (more than
+    one after a restart: replayed rows stay in the files they came from).
+    """
 
     number: int
     columns: dict[str, list]
     rows: int
-    wal_path: Path
+    wal_paths: list[Path]
+
+    @property
+    def wal_path(self) -> Path:
+        return self.wal_paths[-1]
 
 
 @dataclass(frozen=True)
@@ -64,37 +117,77 @@ class StorePolicy:
     retention_count: int = 1000
     #: fsync the WAL on every append (the recommendation journal)
     durable: bool = False
+    #: rows kept in memory (pending, failed batches) before the store is full
+    max_waiting_rows: int = 65536
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+@dataclass
+class StoreWatch:
+    """The stores of one owner (a subsystem and its models) that need attention.
+
+    `dirty`: stores with queued lines, pending rows or failed batches (the
+    seal loop visits only these, so idle models cost nothing per pass).
+    `failing`: stores whose last flush or seal failed, with the reason; while
+    one fails the subsystem is in a critical state.
+    """
+
+    dirty: set = field(default_factory=set)
+    failing: dict = field(default_factory=dict)
+    failures_total: int = 0
+    quarantined_rows_total: int = 0
+
+    def reason(self) -> str | None:
+        for store, reason in self.failing.items():
+            return f"storage: {reason} writing {store.kind}"
+        return None
+
+    def full(self) -> bool:
+        return any(store.full for store in self.dirty)
+
+    def error(self) -> tuple[int, str] | None:
+        """(errno, "ENOSPC writing dataset") of the first failing store."""
+        for store, reason in self.failing.items():
+            return (store.error or (errno.EIO, ""))[0], f"{reason} writing {store.kind}"
+        return None
+
+
+class StoreError(OSError):
+    """A write that cannot be made durable now (carries the underlying errno)."""
 
 
 class PortionStore:
     """One directory of sealed Parquet portions plus the rows still pending."""
 
-    def __init__(self, directory: Path, schema: pa.Schema, key: str, policy: StorePolicy):
+    def __init__(self, directory: Path, schema: pa.Schema, key: str, policy: StorePolicy,
+                 watch: StoreWatch | None = None, kind: str = "") -> None:
         self.directory = Path(directory)
         self.schema = schema
         self.key = key
         self.policy = policy
+        self.watch = watch if watch is not None else StoreWatch()
+        self.kind = kind or self.directory.name
         self.directory.mkdir(parents=True, exist_ok=True)
         self.portions: dict[int, Portion] = {}
+        self._types = {f.name: f.type for f in schema}
         self._columns: dict[str, list] = {f.name: [] for f in schema}
         self._pending = 0
         self._oldest_pending = 0.0
         self._wal_seq = 0
-        self._wal_fd = -1
-        self._wal_lines: list[bytes] = []
-        self._wal_path = self.directory / "wal.0.jsonl"
+        self._wal_buf = bytearray()  # lines not yet written to the current WAL
+        self._wal_created = False
+        self._wal_paths: list[Path] = []  # files holding the pending rows
+        self._failed: list[Batch] = []  # in key order; retried before anything newer
+        self._retry_at = 0.0
+        self._flush_error: tuple[int, str] | None = None
+        self._seal_error: tuple[int, str] | None = None
+        self.closed = False
+        self.strict_path = self._wal_path()  # the WAL of the last strict row
         self.sealing = 0  # batches handed to a thread, not yet committed
         self.rows_total = 0
         self.sealed_total = 0
         self.removed_total = 0
+        self.failures_total = 0
+        self.quarantined_rows = 0
         self.last_key: int | None = None
         self._recover()
 
@@ -102,71 +195,125 @@ class PortionStore:
     def _counter_path(self) -> Path:
         return self.directory / "next_portion"
 
-    def _read_counter(self) -> int:
+    def _read_counter(self, highest: int) -> int:
+        path = self._counter_path()
         try:
-            return int(self._counter_path().read_text().strip() or 0)
-        except (FileNotFoundError, ValueError):
+            text = path.read_text().strip()
+        except FileNotFoundError:
             return 0
+        except (OSError, UnicodeDecodeError) as exc:
+            text = f"<unreadable: {exc}>"
+        if text.isdigit() and int(text) < 1 << 62:
+            return int(text)
+        set_aside(path, f"next_portion {text[:40]!r} is not a number; recomputed as "
+                        f"{highest + 1} from the portions")
+        return 0
 
     def _recover(self) -> None:
         for tmp in self.directory.glob("*.tmp"):
             tmp.unlink(missing_ok=True)
         highest = 0  # damaged portions count too: a name once shown is never reused
-        for path in sorted(self.directory.glob("*" + PORTION_SUFFIX)):
-            stem = path.name[: -len(PORTION_SUFFIX)]
-            if not stem.isdigit():
+        for path in sorted(self.directory.iterdir()):
+            number = _portion_number(path.name)
+            if number is None:
                 continue
-            highest = max(highest, int(stem))
-            st = path.stat()
+            highest = max(highest, number)
+            if path.name != portion_name(number):
+                continue  # a portion set aside earlier
             try:
+                st = path.stat()
                 rows = pq.ParquetFile(path).metadata.num_rows
             except Exception as exc:  # a damaged file is kept aside, never served
-                log.error("portion %s is unreadable (%s); moved aside", path, exc)
-                path.rename(path.with_suffix(".damaged"))
+                set_aside(path, f"unreadable portion: {exc}")
                 continue
-            self.portions[int(stem)] = Portion(int(stem), path, st.st_size, rows, st.st_mtime_ns)
-        self._next = max(self._read_counter(), highest + 1, 1)
+            self.portions[number] = Portion(number, path, st.st_size, rows, st.st_mtime_ns)
+        self._next = max(self._read_counter(highest), highest + 1, 1)
         if self.portions:
             last = self.portions[max(self.portions)]
             column = pq.read_table(last.path, columns=[self.key]).column(0)
             top = pc.max(column).as_py() if len(column) else None
             if top is not None:
                 self.last_key = int(top)
-        # replay write-ahead files: rows not yet in a portion come back pending
-        wals = sorted(
-            self.directory.glob(_WAL_PREFIX + "*.jsonl"),
-            key=lambda p: int(p.name.split(".")[1]) if p.name.split(".")[1].isdigit() else 0,
-        )
-        replay: list[dict] = []
-        floor = self.last_key  # keys rise: a row at or below it is already kept
-        for wal in wals:
-            with open(wal, "rb") as fh:
-                for raw in fh:
-                    try:
-                        row = json.loads(raw)
-                    except ValueError:
-                        continue  # a torn last line
-                    key = row.get(self.key)
-                    if key is not None:
-                        if floor is not None and key <= floor:
-                            continue  # sealed already, or copied twice by a crashed recovery
-                        floor = key
-                    replay.append(row)
-        if wals:
-            self._wal_seq = max(int(p.name.split(".")[1]) for p in wals) + 1
-        self._open_wal()
-        for row in replay:
-            self.append(row)
-        for wal in wals:
-            wal.unlink(missing_ok=True)
-        if replay:
-            log.info("%s: %d rows recovered from the write-ahead file", self.directory, len(replay))
+        self._replay()
 
-    def _open_wal(self) -> None:
-        self._wal_path = self.directory / f"{_WAL_PREFIX}{self._wal_seq}.jsonl"
-        self._wal_fd = os.open(self._wal_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        if self.policy.durable:
-            _fsync_dir(self.directory)
+    def _replay(self) -> None:
+        """Rows of write-ahead files not yet in a portion come back pending.
+
+        The files are kept: they hold those rows until the next portion is
+        durable (rewriting them would need space a full disk may not have).
+        """
+        wals = sorted((p for p in self.directory.glob(_WAL_PREFIX + "*.jsonl")
+                       if _wal_seq(p) is not None), key=_wal_seq)
+        floor = self.last_key  # keys rise: a row at or below it is already kept
+        replayed = 0
+        for index, wal in enumerate(wals):
+            bad: list[bytes] = []
+            with open(wal, "rb") as fh:
+                lines = fh.read().split(b"\n")
+            torn = lines.pop()  # after the last newline: b"" or a line never finished
+            if torn and index == len(wals) - 1:
+                log.info("%s: a torn last line (%d bytes, never acknowledged) skipped",
+                         wal, len(torn))
+            elif torn:
+                bad.append(torn)
+            for raw in lines:
+                row, why = self._check_line(raw)
+                if row is None:
+                    bad.append(raw)
+                    log.error("%s: write-ahead line refused (%s): %.200r", wal, why, raw)
+                    continue
+                key = row.get(self.key)
+                if key is not None:
+                    if floor is not None and key <= floor:
+                        continue  # sealed already
+                    floor = key
+                self._buffer(row)
+                replayed += 1
+            if bad and not self._quarantine_lines(wal.name, bad):
+                continue  # left on disk, outside any batch: the next start tries again
+            self._wal_paths.append(wal)
+        if wals:
+            self._wal_seq = _wal_seq(wals[-1]) + 1
+        if replayed:
+            log.info("%s: %d rows recovered from the write-ahead file", self.directory, replayed)
+        else:  # every row is in a portion or in quarantine already
+            for wal in self._wal_paths:
+                wal.unlink(missing_ok=True)
+            self._wal_paths = []
+        if self._wal_paths:
+            self.watch.dirty.add(self)
+
+    def _check_line(self, raw: bytes) -> tuple[dict | None, str]:
+        """A WAL line as a row of this schema, or None and why not."""
+        try:
+            row = json.loads(raw)
+        except ValueError as exc:
+            return None, f"not JSON: {exc}"
+        if not isinstance(row, dict):
+            return None, f"a JSON {type(row).__name__}, not an object"
+        for name, value in row.items():
+            kind = self._types.get(name)
+            if kind is None or value is None:
+                continue
+            if not _fits(kind, value):
+                return None, f"field {name!r}: {value!r} does not fit {kind}"
+        return row, ""
+
+    def _quarantine_lines(self, name: str, lines: list[bytes]) -> bool:
+        """Keep lines no portion can hold beside the store (idempotent per WAL)."""
+        target = self.directory / QUARANTINE_DIR / name
+        try:
+            target.parent.mkdir(exist_ok=True)
+            write_durably(target, b"".join(line + b"\n" for line in lines))
+        except OSError as exc:
+            log.error("%s: %d write-ahead line(s) refused and not quarantined (%s); the "
+                      "write-ahead file is kept", self.directory, len(lines), exc)
+            return False
+        self.quarantined_rows += len(lines)
+        self.watch.quarantined_rows_total += len(lines)
+        log.error("%s: %d write-ahead line(s) quarantined in %s", self.directory, len(lines),
+                  target)
+        return True
 
     # ---- rows -------------------------------------------------------------
     @property
@@ -177,19 +324,26 @@ class PortionStore:
     def next_number(self) -> int:
         return self._next
 
-    def append(self, row: dict) -> None:
-        """Buffer one row and queue its write-ahead line.
+    @property
+    def waiting(self) -> int:
+        """Rows held in memory until a portion holds them."""
+        return self._pending + sum(b.rows for b in self._failed)  # in flight included
 
-        Lines reach the WAL file in batches (`flush_wal`, every ~50 ms from the
-        seal loop, and at once for a durable store): one os.write per row was
-        half the cost of a tick.  A SIGKILL loses at most the lines of that
-        interval, inside the contract's one second.  Durable stores (the
-        recommendation journal) are fsynced by the caller, off the trio
-        thread, through `sync_fd`.
-        """
-        self._wal_lines.append(json.dumps(row, separators=(",", ":")).encode() + b"\n")
-        if self.policy.durable:
-            self.flush_wal()
+    @property
+    def full(self) -> bool:
+        return self.waiting >= self.policy.max_waiting_rows
+
+    @property
+    def retrying(self) -> bool:
+        """Batches that failed wait to be written again (before any newer one)."""
+        return bool(self._failed)
+
+    @property
+    def error(self) -> tuple[int, str] | None:
+        """(errno, "ENOSPC") of the last failed flush or seal, while it lasts."""
+        return self._flush_error or self._seal_error
+
+    def _buffer(self, row: dict) -> None:
         for name, values in self._columns.items():
             values.append(row.get(name))
         if self._pending == 0:
@@ -200,87 +354,275 @@ class PortionStore:
         if key is not None:
             self.last_key = key
 
-    def flush_wal(self) -> None:
-        """Write the queued write-ahead lines with one write(2)."""
-        if not self._wal_lines or self._wal_fd < 0:
-            return
-        data = memoryview(b"".join(self._wal_lines))
-        self._wal_lines.clear()
-        while data:
-            written = os.write(self._wal_fd, data)
-            data = data[written:]
+    def append(self, row: dict, strict: bool = False) -> None:
+        """Buffer one row and queue its write-ahead line.
 
-    def sync_fd(self) -> int:
-        """A duplicate of the WAL descriptor to fdatasync in a worker thread.
+        Lines reach the WAL file in batches (`flush_wal`, every ~50 ms from the
+        seal loop): one os.write per row was half the cost of a tick.  A
+        SIGKILL loses at most the lines of that interval, inside the
+        contract's one second.
 
-        A duplicate, because sealing may close and rotate the WAL on the trio
-        thread while the sync runs; the caller closes it.
+        `strict` (a writer waits for this row, the recommendation journal): the
+        line is written now; if that fails, or the store is full, StoreError
+        carries the errno and nothing changed (the line is taken back).  The
+        caller then makes it durable off the trio thread with `sync`.
         """
-        self.flush_wal()
-        return os.dup(self._wal_fd)
+        line = json.dumps(row, separators=(",", ":")).encode() + b"\n"
+        if strict:
+            if self.full:
+                raise StoreError(errno.ENOSPC, f"{self.waiting} rows wait to be sealed "
+                                 f"(max_waiting_rows {self.policy.max_waiting_rows})")
+            self._write_strict(line)
+            self.strict_path = self._wal_path()
+        else:
+            self._wal_buf += line
+            if self.policy.durable:
+                self.flush_wal()
+        self._buffer(row)
+        self.watch.dirty.add(self)
+
+    def _write_strict(self, line: bytes) -> None:
+        earlier = len(self._wal_buf)
+        self._wal_buf += line
+        try:
+            self.flush_wal(raise_errors=True)
+        except OSError as exc:
+            # give back what was not written; cut a half-written own line off the file
+            written = earlier + len(line) - len(self._wal_buf)
+            if written > earlier:
+                self._truncate_wal(written - earlier)
+            del self._wal_buf[max(earlier - written, 0):]
+            raise StoreError(exc.errno or errno.EIO, os.strerror(exc.errno or errno.EIO)) \
+                from exc
+
+    def _truncate_wal(self, tail: int) -> None:
+        try:
+            fd = os.open(self._wal_path(), os.O_WRONLY | os.O_CLOEXEC)
+            try:
+                os.ftruncate(fd, os.fstat(fd).st_size - tail)
+            finally:
+                os.close(fd)
+        except OSError as exc:  # the torn line is skipped (last line) or quarantined
+            log.error("%s: a half-written line could not be cut off: %s", self.directory, exc)
+
+    def _wal_path(self) -> Path:
+        return self.directory / f"{_WAL_PREFIX}{self._wal_seq}.jsonl"
+
+    def flush_wal(self, raise_errors: bool = False) -> bool:
+        """Write the queued write-ahead lines with one write(2); True when all are out.
+
+        An error (ENOSPC, EIO, EMFILE) keeps the unwritten bytes queued (a line
+        cut in the middle is completed by the next try, O_APPEND) and marks
+        the store failing until a flush succeeds.
+        """
+        if not self._wal_buf:
+            return True
+        path = self._wal_path()
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+            try:
+                if not self._wal_created:
+                    self._wal_paths.append(path)
+                    self._wal_created = True
+                    if self.policy.durable:
+                        fsync_dir(self.directory)
+                while self._wal_buf:
+                    written = os.write(fd, self._wal_buf)
+                    del self._wal_buf[:written]
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            self._fail("flush", exc)
+            if raise_errors:
+                raise
+            return False
+        if self._flush_error is not None:
+            self._flush_error = None
+            self._update_failing("write-ahead file writable again")
+        return True
+
+    def sync(self, path: Path) -> None:
+        """fdatasync a WAL file (worker thread; a writer waits for it).
+
+        `path` is `strict_path` taken right after the strict append (a seal
+        may rotate the WAL meanwhile).  A WAL already removed is fine: it goes
+        only after the portion holding its rows is durable.
+        """
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return
+        try:
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
 
     def due(self, now: float | None = None) -> bool:
+        now = time.monotonic() if now is None else now
+        if self._failed:
+            return now >= self._retry_at
         if self._pending == 0:
             return False
         if self._pending >= self.policy.seal_rows:
             return True
-        now = time.monotonic() if now is None else now
         return now - self._oldest_pending >= self.policy.seal_seconds
+
+    def settle(self) -> None:
+        """Leave the seal loop's dirty set when nothing is left to do."""
+        if not (self._wal_buf or self._pending or self._failed or self.sealing
+                or self.error or self._wal_paths):
+            self.watch.dirty.discard(self)
+
+    # ---- faults -------------------------------------------------------------
+    def _fail(self, what: str, exc: BaseException) -> None:
+        code = getattr(exc, "errno", None) or errno.EIO
+        state = (code, errno_name(exc))
+        self.failures_total += 1
+        self.watch.failures_total += 1
+        first = self.error is None
+        if what == "flush":
+            self._flush_error = state
+        else:
+            self._seal_error = state
+            self._retry_at = time.monotonic() + SEAL_RETRY_SECONDS
+        self.watch.dirty.add(self)
+        self._update_failing(None)
+        if first:
+            log.error("%s: %s failed (%s); rows wait in memory (%d), retried until it works",
+                      self.directory, what, exc, self.waiting)
+
+    def _update_failing(self, recovered: str | None) -> None:
+        error = self.error
+        if error is None:
+            if self.watch.failing.pop(self, None) is not None:
+                log.warning("%s: storage works again (%s)", self.directory,
+                            recovered or "sealed")
+        else:
+            self.watch.failing[self] = error[1]
 
     # ---- sealing ----------------------------------------------------------
     def take_batch(self) -> Batch | None:
-        """Swap out pending rows and the WAL (trio thread; cheap)."""
-        if self._pending == 0:
+        """The oldest failed batch, or pending rows swapped out (trio thread; cheap).
+
+        Pending rows are taken only once their WAL lines are written, and never
+        while an older batch waits for a retry.
+        """
+        if self.sealing:
             return None
-        self.flush_wal()
-        batch = Batch(self._next, self._columns, self._pending, self._wal_path)
-        self._next += 1
-        self._columns = {f.name: [] for f in self.schema}
-        self._pending = 0
-        os.close(self._wal_fd)
-        self._wal_seq += 1
-        self._open_wal()
+        if self._failed:
+            batch = self._failed[0]
+        else:
+            if self._pending == 0 or not self.flush_wal():
+                return None
+            batch = Batch(self._next, self._columns, self._pending, self._wal_paths)
+            self._next += 1
+            self._columns = {f.name: [] for f in self.schema}
+            self._pending = 0
+            self._wal_paths = []
+            self._wal_created = False
+            self._wal_seq += 1
+            self._failed.append(batch)  # until committed
         self.sealing += 1
         return batch
 
-    def write_batch(self, batch: Batch) -> Portion:
-        """Encode and write one portion atomically (worker thread)."""
-        self._counter_path().with_suffix(".tmp").write_text(f"{batch.number + 1}\n")
-        os.replace(self._counter_path().with_suffix(".tmp"), self._counter_path())
-        arrays = [pa.array(batch.columns[f.name], type=f.type) for f in self.schema]
-        table = pa.Table.from_arrays(arrays, schema=self.schema)
-        final = self.directory / portion_name(batch.number)
-        tmp = final.with_suffix(".tmp")
-        pq.write_table(table, tmp, compression="zstd")
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, final)
-        _fsync_dir(self.directory)
-        batch.wal_path.unlink(missing_ok=True)
-        st = final.stat()
-        return Portion(batch.number, final, st.st_size, batch.rows, st.st_mtime_ns)
+    def write_batch(self, batch: Batch) -> Portion | None:
+        """Encode and write one portion atomically (worker thread).
 
-    def commit(self, portion: Portion) -> list[Portion]:
+        Rows that can never be encoded go to `quarantine/<number>.jsonl`
+        first; the portion holds the rest (None when there is no rest).
+        The WAL files go only after both are durable.
+        """
+        write_durably(self._counter_path(), f"{batch.number + 1}\n".encode())
+        try:
+            table = self._encode(batch.columns)
+        except ENCODE_ERRORS as exc:
+            good, bad_rows = self._split_unencodable(batch.columns)
+            self._quarantine_rows(batch.number, bad_rows, exc)
+            table = self._encode(good) if len(good[self.schema[0].name]) else None
+        final = self.directory / portion_name(batch.number)
+        portion = None
+        if table is not None:
+            tmp = final.with_suffix(".tmp")
+            pq.write_table(table, tmp, compression="zstd")
+            fd = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, final)
+            fsync_dir(self.directory)
+            st = final.stat()
+            portion = Portion(batch.number, final, st.st_size, table.num_rows, st.st_mtime_ns)
+        for wal in batch.wal_paths:
+            wal.unlink(missing_ok=True)
+        return portion
+
+    def _encode(self, columns: dict[str, list]) -> pa.Table:
+        arrays = [pa.array(columns[f.name], type=f.type) for f in self.schema]
+        return pa.Table.from_arrays(arrays, schema=self.schema)
+
+    def _split_unencodable(self, columns: dict[str, list]) -> tuple[dict[str, list], list[dict]]:
+        names = list(columns)
+        rows = [dict(zip(names, values, strict=True))
+                for values in zip(*columns.values(), strict=True)]
+        bad: set[int] = set()
+        for f in self.schema:
+            values = columns[f.name]
+            try:
+                pa.array(values, type=f.type)
+                continue
+            except ENCODE_ERRORS:
+                pass
+            for i, value in enumerate(values):
+                try:
+                    pa.array([value], type=f.type)
+                except ENCODE_ERRORS:
+                    bad.add(i)
+        good = {name: [v for i, v in enumerate(vals) if i not in bad]
+                for name, vals in columns.items()}
+        return good, [rows[i] for i in sorted(bad)]
+
+    def _quarantine_rows(self, number: int, rows: list[dict], exc: BaseException) -> None:
+        target = self.directory / QUARANTINE_DIR / f"{number:010d}.jsonl"
+        target.parent.mkdir(exist_ok=True)
+        data = b"".join(json.dumps(row, separators=(",", ":"), default=str).encode() + b"\n"
+                        for row in rows)
+        write_durably(target, data)
+        self.quarantined_rows += len(rows)
+        self.watch.quarantined_rows_total += len(rows)
+        log.error("%s: %d row(s) of portion %d cannot be encoded (%s); quarantined in %s",
+                  self.directory, len(rows), number, exc, target)
+
+    def commit(self, portion: Portion | None, batch: Batch | None = None) -> list[Portion]:
         """Publish a written portion; apply retention; return removed portions."""
         self.sealing -= 1
+        number = batch.number if batch is not None else portion.number
+        self._failed = [b for b in self._failed if b.number != number]
+        if not self._failed and self._seal_error is not None:
+            self._seal_error = None
+            self._update_failing("failed batches sealed")
+        if portion is None:
+            return []
         self.portions[portion.number] = portion
         self.sealed_total += 1
         return self._retain()
 
-    def abort(self, batch: Batch) -> None:
-        """A write failed: its rows stay in the old WAL and come back on restart."""
+    def abort(self, batch: Batch, exc: BaseException | None = None) -> None:
+        """A write failed: the batch stays (memory and WAL) and is retried first."""
         self.sealing -= 1
+        self._fail("seal", exc if exc is not None else OSError(errno.EIO, "seal failed"))
 
     def seal_now(self) -> Portion | None:
-        """Synchronous seal (tests, shutdown)."""
+        """Synchronous seal (tests, shutdown); OSError propagates, the batch stays."""
         batch = self.take_batch()
         if batch is None:
             return None
-        portion = self.write_batch(batch)
-        self.commit(portion)
+        try:
+            portion = self.write_batch(batch)
+        except Exception as exc:
+            self.abort(batch, exc)
+            raise
+        self.commit(portion, batch)
         return portion
 
     def _retain(self) -> list[Portion]:
@@ -310,10 +652,13 @@ class PortionStore:
         return sum(p.size for p in self.portions.values())
 
     def close(self) -> None:
-        self.flush_wal()
-        if self._wal_fd >= 0:
-            os.close(self._wal_fd)
-            self._wal_fd = -1
+        """Write what is queued (best effort: a failing disk keeps what it refuses)."""
+        if not self.flush_wal():
+            log.error("%s: %d bytes of write-ahead lines could not be written at close (%s)",
+                      self.directory, len(self._wal_buf), self.error)
+        self.closed = True
+        self.watch.dirty.discard(self)
+        self.watch.failing.pop(self, None)
 
     def read_all(self) -> pa.Table:
         """Every sealed portion as one table (tests and tools, not the hot path)."""
@@ -321,3 +666,21 @@ class PortionStore:
         if not tables:
             return self.schema.empty_table()
         return pa.concat_tables(tables)
+
+
+_INT64 = 1 << 63
+
+
+def _fits(kind: pa.DataType, value: object) -> bool:
+    """Can `value` (from JSON) be a cell of a column of type `kind`?"""
+    if pa.types.is_integer(kind) or pa.types.is_timestamp(kind):
+        return isinstance(value, int) and not isinstance(value, bool) and \
+            -_INT64 <= value < _INT64
+    if pa.types.is_floating(kind):
+        return isinstance(value, float) or (
+            isinstance(value, int) and not isinstance(value, bool) and abs(value) < _INT64)
+    if pa.types.is_string(kind):
+        return isinstance(value, str)
+    if pa.types.is_boolean(kind):
+        return isinstance(value, bool)
+    return True

@@ -67,14 +67,30 @@ def one_word(data: bytes, what: str) -> str:
     return words[0]
 
 
+#: a decimal number as people write it: no `1_000` (Python's float() takes
+#: it), no hex
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+#: the longest `ttl`: ~31 years of 1 s ticks; far inside the journal's int64
+#: column, so every accepted value can be sealed
+MAX_TTL = 10**9
+_NON_FINITE = ("nan", "inf", "infinity")  # numbers, refused below as not finite
+
+
 def parse_float(text: str, what: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise invalid(f"{what}: {text!r} is not a number") from None
+    """A finite decimal number (any finite float64 fits a dataset or journal column)."""
+    if not _NUMBER.fullmatch(text) and text.lower().lstrip("+-") not in _NON_FINITE:
+        raise invalid(f"{what}: {text!r} is not a number (decimal: 1000, 0.5, 1e3)")
+    value = float(text)
     if not math.isfinite(value):
         raise invalid(f"{what}: {text!r} is not a finite number")
     return value
+
+
+def parse_ttl(text: str) -> int:
+    """A whole number of ticks, 1..MAX_TTL."""
+    if not text.isdigit() or len(text) > 10 or not 1 <= int(text) <= MAX_TTL:
+        raise invalid(f"ttl: {text!r} is not a whole number of ticks in 1..{MAX_TTL}")
+    return int(text)
 
 
 @dataclass(frozen=True)
@@ -114,9 +130,7 @@ def _parse_line(line: str, knobs: dict[str, Knob], controlled: set[str]) -> Reco
         if key == "expect":
             expect = parse_float(raw, "expect")
         elif key == "ttl":
-            if not raw.isdigit() or int(raw) < 1:
-                raise invalid(f"ttl: {raw!r} is not a positive whole number of ticks")
-            ttl = int(raw)
+            ttl = parse_ttl(raw)
         elif key not in knobs:
             raise invalid(f"unknown knob {key!r}")
         elif key not in controlled:

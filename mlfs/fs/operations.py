@@ -61,13 +61,6 @@ def _guard(handler):
     return wrapper
 
 
-def _fdatasync_and_close(fd: int) -> None:
-    try:
-        os.fdatasync(fd)
-    finally:
-        os.close(fd)
-
-
 def opener_interrupted(pid: int) -> bool:
     """True when `pid` has exited or has a pending signal it does not block.
 
@@ -193,13 +186,22 @@ class Operations(pyfuse3.Operations):
     async def recommend(self, proxy: ModelProxy, data: bytes) -> None:
         """Accept, then make the journal durable before the write returns.
 
-        The fdatasync runs in a worker thread on a duplicate descriptor, so a
-        slow disk stalls only this writer, not every request of the mount
-        (concurrent writers' syncs overlap: a natural group commit).
+        The journal line is written on the trio thread (a failure refuses the
+        write with its errno, nothing changed); the fdatasync runs in a worker
+        thread on a descriptor of its own, so a slow disk stalls only this
+        writer, not every request of the mount (concurrent writers' syncs
+        overlap: a natural group commit).  A failed fdatasync withdraws the
+        recommendation and the writer gets the errno.
         """
-        proxy.recommend(data)
-        fd = proxy.journal.sync_fd()
-        await trio.to_thread.run_sync(_fdatasync_and_close, fd)
+        ids = proxy.recommend(data)  # Refused(ENOSPC/EIO/...) when the WAL write failed
+        wal = proxy.journal.strict_path  # taken before any await: a seal may rotate it
+        try:
+            await trio.to_thread.run_sync(proxy.journal.sync, wal)
+        except OSError as exc:  # written but not durable: withdrawn, the writer is told
+            reason = f"journal not durable: {errno.errorcode.get(exc.errno, exc)}"
+            log.error("%s/%s: recommend failed (%s)", proxy.runtime.name, proxy.name, reason)
+            proxy.withdraw(ids, reason)
+            raise pyfuse3.FUSEError(exc.errno or errno.EIO) from None
 
     async def control(self, runtime: SubsystemRuntime, data: bytes) -> None:
         try:
