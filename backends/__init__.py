@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from importlib import import_module
 
-from .base import Knob, Objective, Sample, Subsystem
+from mlfs.abi import Knob, Objective, Sample, Subsystem
+
 from .settings import SettingError
 
 #: backend name -> the module providing `check(settings)` and `factory(settings)`;

@@ -82,9 +82,9 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import quote
 
+from mlfs.abi import EXTRA_FOREIGN, EXTRA_REFUSED, Knob, KnobValue, Objective, Sample, Subsystem
 from mlfs.core.durable import DAMAGED_SUFFIX, fsync_dir, set_aside, write_durably
 
-from .base import Knob, KnobValue, Objective, Sample, Subsystem
 from .settings import SettingError
 
 log = logging.getLogger("mlfs.backends.linux")
@@ -692,9 +692,9 @@ class KnobController:
                     self._refuse(refused, name, want, reason)
         extra: dict = {}
         if refused:
-            extra["refused"] = refused
+            extra[EXTRA_REFUSED] = refused
         if foreign:
-            extra["foreign"] = foreign
+            extra[EXTRA_FOREIGN] = foreign
         return extra
 
     def _within(self, name: str, want: str) -> bool:

@@ -101,7 +101,6 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from backends.base import Knob, KnobValue, Objective, Sample, Subsystem
 from backends.settings import (
     Schema,
     SettingError,
@@ -112,6 +111,7 @@ from backends.settings import (
     tick_seconds,
     word,
 )
+from mlfs.abi import EXTRA_REFUSED, Knob, KnobValue, Objective, Sample, Subsystem
 
 __all__ = [
     "FEATURES",
@@ -444,7 +444,7 @@ class SimReadahead(Subsystem):
             critical = f"mem_pressure {pressure:.2f} > {self.critical_pressure:.2f}"
         extra: dict = {"phase": phase, "expected": expected, "intensity": intensity}
         if refused:
-            extra["refused"] = {"read_ahead_kb": refused}
+            extra[EXTRA_REFUSED] = {"read_ahead_kb": refused}
 
         self.ticks += 1
         self._phase_t += 1

@@ -25,7 +25,6 @@ import json
 import logging
 import math
 import os
-import re
 import select
 import signal
 import threading
@@ -37,12 +36,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from mlfs.abi import NAME
 from trainers.learner import KnobLearner
 from trainers.schedule import LEARNING_TTL, Steer, TrainerSchedule
 
 __all__ = ["run_worker", "main"]
 
-MODEL_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 #: errors that mean "the mount (or this path in it) is not there right now"
 GONE = {errno.ENOTCONN, errno.ENOENT, errno.ENODEV, errno.ESHUTDOWN, errno.ECONNABORTED,
         errno.ENOTDIR}
@@ -679,7 +678,7 @@ def run_worker(
     lasts; `relative`: fit relative error (`KnobLearner`), for objectives
     spanning orders of magnitude.  Never raises on OSError from the mount.
     """
-    if not MODEL_NAME.fullmatch(model):
+    if not NAME.fullmatch(model):
         raise ValueError(f"model name {model!r} is not [a-z0-9][a-z0-9._-]{{0,63}}")
     worker = _Worker(mountpoint, subsystem, model, stop or threading.Event(), log,
                      prepare_seconds, seed, learning_ttl, relative)
@@ -711,7 +710,7 @@ def main(argv: list[str] | None = None) -> int:
                              "(a real device's MiB/s across workload phases)")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
-    if not MODEL_NAME.fullmatch(args.model):
+    if not NAME.fullmatch(args.model):
         parser.error(f"--model {args.model!r}: use [a-z0-9][a-z0-9._-]{{0,63}}")
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,

@@ -21,7 +21,18 @@ from pathlib import Path
 import pyarrow as pa
 import trio
 
-from backends.base import KnobValue, Sample, Subsystem
+from mlfs.abi import (
+    ABI_VERSION,
+    EXTRA_APPLIED,
+    EXTRA_FOREIGN,
+    EXTRA_REFUSED,
+    NAME,
+    KnobValue,
+    Sample,
+    Subsystem,
+    column_name,
+    knob_column,
+)
 
 from .clock import now_us
 from .durable import set_aside
@@ -30,7 +41,7 @@ from .events import EventBus
 from .proxy import Decision, ModelProxy
 from .statedir import read_word, subsystem_dir
 from .store import Portion, PortionStore
-from .text import MODEL_NAME, column_name, knob_column, one_word, parse_float
+from .text import one_word, parse_float
 
 log = logging.getLogger("mlfs.exchange")
 
@@ -87,7 +98,7 @@ class SubsystemRuntime:
         models_dir = self.directory / "models"
         models_dir.mkdir(exist_ok=True)
         for entry in sorted(models_dir.iterdir()):
-            if entry.is_dir() and MODEL_NAME.fullmatch(entry.name):
+            if entry.is_dir() and NAME.fullmatch(entry.name):
                 self.models[entry.name] = ModelProxy(self, entry.name, entry,
                                                      exchange.new_generation())
         for proxy in self.models.values():  # drop ownership conflicts left by a crash
@@ -115,6 +126,7 @@ class SubsystemRuntime:
         sub = self.subsystem
         return {
             "backend": sub.backend,
+            "abi": ABI_VERSION,
             "description": sub.description,
             "tick_seconds": sub.tick_seconds,
             "objective": {"name": sub.objective.name, "unit": sub.objective.unit,
@@ -134,7 +146,7 @@ class SubsystemRuntime:
         return None
 
     def create_model(self, name: str) -> ModelProxy:
-        if not MODEL_NAME.fullmatch(name):
+        if not NAME.fullmatch(name):
             raise invalid(f"model name {name!r} is not [a-z0-9][a-z0-9._-]{{0,63}}")
         if name in self.models:
             raise Refused(errno.EEXIST, f"model {name!r} exists")
@@ -208,7 +220,7 @@ class SubsystemRuntime:
         """The recording half: dataset row, feedback, modes, reports."""
         ts = now_us()
         knobs = dict(plan.knobs)
-        knobs.update(sample.extra.get("applied") or {})  # what the kernel really has
+        knobs.update(sample.extra.get(EXTRA_APPLIED) or {})  # what the kernel really has
         objective = sample.objective
         if self._objective_override is not None:
             objective, self._objective_override = self._objective_override, None
@@ -232,7 +244,7 @@ class SubsystemRuntime:
             proxy.record(plan.tick, ts, by_proxy.get(proxy.name), objective, knobs,
                          plan.features)
             proxy.update_mode(sample.critical)
-        for status in ("refused", "foreign"):
+        for status in (EXTRA_REFUSED, EXTRA_FOREIGN):
             for knob, reason in (sample.extra.get(status) or {}).items():
                 self.exchange.count_error(self.name, f"knobs/{knob}")
                 log.warning("%s: knob %s %s: %s", self.name, knob, status, reason)
@@ -395,7 +407,7 @@ class Exchange:
         while not self._stopping:
             try:
                 plan = runtime.plan()
-                if getattr(runtime.subsystem, "blocking", False):
+                if runtime.subsystem.blocking:
                     sample = await trio.to_thread.run_sync(runtime.subsystem.step, plan.knobs)
                 else:
                     sample = runtime.subsystem.step(plan.knobs)

@@ -21,14 +21,14 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from backends.base import KnobValue
+from mlfs.abi import KnobValue, knob_column
 
 from .clock import now_us, rfc3339
 from .efficiency import EfficiencyWindow
 from .errors import Refused, busy, invalid
 from .policy import MAX_POLICY_BYTES, Policy
 from .store import PortionStore
-from .text import decode_text, escape_input, knob_column, one_word, parse_recommendations
+from .text import decode_text, escape_input, one_word, parse_recommendations
 
 if TYPE_CHECKING:
     from .exchange import SubsystemRuntime

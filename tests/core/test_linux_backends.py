@@ -29,10 +29,10 @@ import pytest
 
 import backends.linux_common as common
 from backends import create_subsystems
-from backends.base import Subsystem
 from backends.linux_block import LinuxBlock, auto_devices, current_scheduler
 from backends.linux_vm import FEATURES as VM_FEATURES
 from backends.linux_vm import LinuxVM
+from mlfs.abi import Subsystem
 
 REPO = Path(__file__).resolve().parents[2]
 VM = Path("/proc/sys/vm")

@@ -13,7 +13,6 @@ import re
 import numpy as np
 import pytest
 
-from backends.base import Sample, Subsystem
 from backends.sim_readahead import (
     _ANCHORS,
     FEATURES,
@@ -23,6 +22,7 @@ from backends.sim_readahead import (
     _pchip,
     throughput_curve,
 )
+from mlfs.abi import Sample, Subsystem
 
 DEFAULT_PHASES = ("sequential", "random_pread", "random_mmap", "strided")
 

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from backends.base import Knob
+from mlfs.abi import Knob
 from mlfs.core.policy import Policy
 from trainers.learner import KnobLearner, candidate_values, knob_column
 

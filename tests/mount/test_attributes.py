@@ -9,6 +9,7 @@ import stat
 
 import pytest
 
+from mlfs.abi import ABI_VERSION
 from tests.conftest import sh, wait_for, write_errno
 
 SUB_ENTRIES = ["control", "dataset", "events", "info", "knobs", "models", "objective"]
@@ -85,6 +86,8 @@ def test_text_attributes_are_ascii_and_end_in_a_newline(shared_mount, shared_mod
 def test_info_describes_backend_objective_knobs_and_features(shared_mount):
     info = json.loads((shared_mount.sub / "info").read_text())
     assert info["backend"] == "sim"
+    assert info["abi"] == ABI_VERSION  # the interface version; `version` stays one value
+    assert (shared_mount.mountpoint / "version").read_text().count("\n") == 1
     assert info["tick_seconds"] == pytest.approx(0.02)
     assert info["objective"] == {"name": "throughput", "unit": "MB/s", "goal": "max"}
     assert info["knobs"]["read_ahead_kb"] == {"type": "int", "min": 0, "max": 4096,
