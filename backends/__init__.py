@@ -12,9 +12,9 @@ from .settings import SettingError
 #: backend name -> the module providing `check(settings)` and `factory(settings)`;
 #: imported only when a configuration names the backend
 MODULES: dict[str, str] = {
-    "sim.readahead": "backends.sim_readahead",
-    "linux.vm": "backends.linux_vm",
-    "linux.block": "backends.linux_block",
+    "sim.readahead": "mlfs.backends.sim_readahead",
+    "linux.vm": "mlfs.backends.linux_vm",
+    "linux.block": "mlfs.backends.linux_block",
 }
 
 

@@ -100,8 +100,7 @@ import math
 from collections.abc import Mapping
 
 import numpy as np
-
-from backends.settings import (
+from mlfs.backends.settings import (
     Schema,
     SettingError,
     check_settings,
@@ -111,6 +110,7 @@ from backends.settings import (
     tick_seconds,
     word,
 )
+
 from mlfs.abi import EXTRA_REFUSED, Knob, KnobValue, Objective, Sample, Subsystem
 
 __all__ = [

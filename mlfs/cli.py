@@ -174,7 +174,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
     """Put back every original knob value a state directory's ledger recorded."""
     import logging
 
-    from backends.linux_common import restore_state_dir
+    from mlfs.backends.linux_common import restore_state_dir
 
     from .core import statedir
 
@@ -252,7 +252,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from trainers.worker import main as train_main
+    from mlfs.trainers.worker import main as train_main
 
     argv = [args.mountpoint, args.subsystem, "--model", args.model]
     if args.max_seconds:

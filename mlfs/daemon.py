@@ -18,7 +18,7 @@ from pathlib import Path
 import pyfuse3
 import trio
 
-from backends import create_subsystems
+from mlfs.backends import create_subsystems
 
 from . import __version__
 from .config import Config

@@ -35,10 +35,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from mlfs.trainers.learner import KnobLearner
+from mlfs.trainers.schedule import LEARNING_TTL, Steer, TrainerSchedule
 
 from mlfs.abi import NAME
-from trainers.learner import KnobLearner
-from trainers.schedule import LEARNING_TTL, Steer, TrainerSchedule
 
 __all__ = ["run_worker", "main"]
 

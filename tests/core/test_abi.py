@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import mlfs.trainers.learner as learner
+from mlfs.backends.linux_vm import LinuxVM
+from mlfs.backends.sim_readahead import SimReadahead
+
 import mlfs.abi as abi
 import mlfs.core.policy as policy
-import trainers.learner as learner
-from backends.linux_vm import LinuxVM
-from backends.sim_readahead import SimReadahead
 
 KNOBS = [
     abi.Knob("read_ahead_kb", "int", default=128, min=0, max=4096, unit="KiB"),

@@ -12,8 +12,7 @@ import re
 
 import numpy as np
 import pytest
-
-from backends.sim_readahead import (
+from mlfs.backends.sim_readahead import (
     _ANCHORS,
     FEATURES,
     PHASES,
@@ -22,6 +21,7 @@ from backends.sim_readahead import (
     _pchip,
     throughput_curve,
 )
+
 from mlfs.abi import Sample, Subsystem
 
 DEFAULT_PHASES = ("sequential", "random_pread", "random_mmap", "strided")
