@@ -104,6 +104,7 @@ from mlfs.backends.settings import (
     Schema,
     SettingError,
     check_settings,
+    defaults_from,
     list_of,
     number,
     text,
@@ -467,6 +468,11 @@ SETTINGS: Schema = {
     "critical_pressure": number(0.0, 1.0),
     "phases": list_of(word(*PHASES), 1, 64),
 }
+
+
+DESCRIPTION = ("simulated block device + page cache under a phase-changing workload, "
+               "in virtual time (knob read_ahead_kb)")
+defaults_from(SETTINGS, SimReadahead.__init__)
 
 
 def check(settings: dict) -> tuple[dict, list[str]]:

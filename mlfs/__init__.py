@@ -33,8 +33,10 @@ class _SourceTreeFinder(importlib.abc.MetaPathFinder):
         return importlib.machinery.PathFinder.find_spec(fullname, [str(_SOURCE_TREE)])
 
 
-# a checkout: pyproject.toml beside us and the sub-packages not inside the package
-if ((_SOURCE_TREE / "pyproject.toml").is_file()
-        and not (Path(__file__).parent / "backends").exists()
-        and not any(isinstance(f, _SourceTreeFinder) for f in sys.meta_path)):
+#: the checkout this mlfs runs from (pyproject.toml beside it, the sub-packages
+#: not inside the package), or None for an installed copy
+SOURCE_TREE = (_SOURCE_TREE if (_SOURCE_TREE / "pyproject.toml").is_file()
+               and not (Path(__file__).parent / "backends").exists() else None)
+
+if SOURCE_TREE is not None and not any(isinstance(f, _SourceTreeFinder) for f in sys.meta_path):
     sys.meta_path.insert(0, _SourceTreeFinder())

@@ -233,6 +233,43 @@ def knob_column(knob: str) -> str:
     return "knob_" + column_name(knob)
 
 
+#: the dataset columns the core writes itself (SPEC §2); no feature may take them
+CORE_COLUMNS = ("ts", "tick", "controller", "model", "mode", "objective")
+#: the types a feature may have
+FEATURE_TYPES = ("float64", "int64")
+
+
+def subsystem_problems(subsystem: Subsystem) -> list[str]:
+    """Why the core cannot serve `subsystem` (empty when it can).
+
+    Checked before a subsystem is served: a bad name or two columns with the
+    same name would otherwise surface as an unreadable dataset, not an error.
+    """
+    problems = []
+    name = getattr(subsystem, "name", None)
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        problems.append(f"name {name!r} does not match {NAME_RULE}")
+    columns: dict[str, str] = {c: "the core" for c in CORE_COLUMNS}
+    for knob_name, knob in subsystem.knobs.items():
+        if not isinstance(knob, Knob) or knob.name != knob_name:
+            problems.append(f"knob {knob_name!r} is not a Knob named {knob_name!r}")
+        column = knob_column(knob_name)
+        if column in columns:
+            problems.append(f"knob {knob_name!r}: column {column} is taken by {columns[column]}")
+        columns[column] = f"knob {knob_name!r}"
+    for feature, kind in subsystem.features.items():
+        if kind not in FEATURE_TYPES:
+            problems.append(f"feature {feature!r}: type {kind!r} is not one of "
+                            f"{', '.join(FEATURE_TYPES)}")
+        column = column_name(feature)
+        if column in columns:
+            problems.append(f"feature {feature!r}: column {column} is taken by {columns[column]}")
+        columns[column] = f"feature {feature!r}"
+    if getattr(subsystem.objective, "goal", None) not in ("max", "min"):
+        problems.append("objective goal is neither max nor min")
+    return problems
+
+
 def _as_knob(knob: Knob | Mapping[str, Any]) -> Knob:
     return knob if isinstance(knob, Knob) else Knob.from_info("", knob)
 
@@ -283,5 +320,6 @@ __all__ = [
     "ABI_VERSION", "ENTRY_POINT_GROUP", "EXTRA_APPLIED", "EXTRA_FOREIGN", "EXTRA_REFUSED",
     "Knob", "KnobValue", "KnobValueError", "MAX_VALUES_PER_KNOB", "NAME", "NAME_RULE",
     "Objective", "Sample", "Subsystem", "candidate_values", "column_name",
-    "distance_from_default", "knob_column",
+    "distance_from_default", "knob_column", "subsystem_problems", "CORE_COLUMNS",
+    "FEATURE_TYPES",
 ]

@@ -277,6 +277,28 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return bench_main(argv)
 
 
+def cmd_backends(args: argparse.Namespace) -> int:
+    """Every installed backend (entry-point group mlfs.backends) with its settings.
+
+    A backend that fails to import is reported on stderr (package, reason);
+    the others are still listed.
+    """
+    from mlfs.backends import describe_backends
+
+    backends, problems = describe_backends()
+    if args.json:
+        print(json.dumps({"backends": backends, "problems": problems}, indent=2))
+    else:
+        for backend in backends:
+            print(f"{backend['name']}  ({backend['package']})\n    {backend['description']}")
+            for s in backend["settings"]:
+                default = f" = {json.dumps(s['default'])}" if "default" in s else ""
+                print(f"    {s['name']}: {s['type']}{default}")
+    for problem in problems:
+        print(f"mlfs backends: {problem}", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mlfs", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -340,6 +362,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="a smoke run of under a minute")
     p.add_argument("--json", help="write the report as JSON here")
     p.set_defaults(func=cmd_bench)
+    p = sub.add_parser("backends", help="installed backends, their settings, types and defaults")
+    p.add_argument("--json", action="store_true", help="machine-readable")
+    p.set_defaults(func=cmd_backends)
     return parser
 
 

@@ -54,3 +54,13 @@ def test_names_and_columns():
     assert not abi.NAME.fullmatch("a" * 65) and not abi.NAME.fullmatch("../x")
     assert abi.knob_column("dirty.ratio") == "knob_dirty_ratio"
     assert abi.column_name("pgpg.in-rate/s") == "pgpg_in_rate_s"
+
+
+def test_built_in_subsystems_pass_the_serving_check_and_a_column_clash_does_not():
+    assert abi.subsystem_problems(SimReadahead()) == []
+    assert abi.subsystem_problems(LinuxVM()) == []
+    clash = SimReadahead()
+    clash.features = {**clash.features, "tick": "int64", "odd": "string"}
+    problems = abi.subsystem_problems(clash)
+    assert any("column tick is taken by the core" in p for p in problems)
+    assert any("'odd': type 'string'" in p for p in problems)
