@@ -197,3 +197,22 @@ def test_a_declared_knob_is_written_within_apply_and_restored_on_close(loop, tmp
         sub.close()
     assert path.read_text().strip() == original
     assert list((tmp_path / "ledger").glob("*.json")) == []
+
+
+def test_a_fixed_default_policy_is_the_default_algorithm_and_is_restored_on_close(loop, tmp_path):
+    path = Path(f"/sys/block/{loop}/queue/read_ahead_kb")
+    original = path.read_text().strip()
+    fixed = 256 if original != "256" else 512
+    sub = DeclaredSubsystem(
+        name="ra", measure_seconds=0, objective="reads", state_dir=tmp_path,
+        knobs={"read_ahead_kb": {"path": str(path), "range": [0, 65536], "apply": [16, 4096],
+                                 "default": fixed}},
+        features={"reads": {"path": f"/sys/block/{loop}/stat", "field": 0}})
+    try:
+        assert sub.knobs["read_ahead_kb"].default == fixed  # what info shows
+        assert sub.default_knobs(None) == {"read_ahead_kb": fixed}
+        sub.step(sub.default_knobs(None))
+        assert path.read_text().strip() == str(fixed)
+    finally:
+        sub.close()
+    assert path.read_text().strip() == original
