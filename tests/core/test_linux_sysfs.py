@@ -216,3 +216,36 @@ def test_a_fixed_default_policy_is_the_default_algorithm_and_is_restored_on_clos
     finally:
         sub.close()
     assert path.read_text().strip() == original
+
+
+@pytest.fixture
+def memory_cgroup():
+    """A fresh cgroup v1 memory group (removed afterwards)."""
+    root = Path("/sys/fs/cgroup/memory")
+    if os.geteuid() != 0 or not (root / "memory.stat").exists():
+        pytest.skip("needs root and the cgroup v1 memory controller")
+    group = root / f"mlfs-test-{os.getpid()}"
+    group.mkdir()
+    try:
+        yield group
+    finally:
+        group.rmdir()
+
+
+def test_a_cgroup_file_is_a_declared_knob_and_memory_stat_a_feature(memory_cgroup, tmp_path):
+    knob = memory_cgroup / "memory.swappiness"
+    original = knob.read_text().strip()
+    want = "30" if original != "30" else "40"
+    sub = DeclaredSubsystem(
+        name="cg", measure_seconds=0, objective="limit", state_dir=tmp_path,
+        knobs={"swappiness": {"path": str(knob), "range": [0, 100], "apply": [0, 100]}},
+        features={"limit": {"path": str(memory_cgroup / "memory.stat"),
+                            "key": "hierarchical_memory_limit"}})
+    try:
+        sample = sub.step({"swappiness": int(want)})
+        assert knob.read_text().strip() == want
+        stat = dict(line.split() for line in (memory_cgroup / "memory.stat").open())
+        assert sample.features["limit"] == float(int(stat["hierarchical_memory_limit"]))
+    finally:
+        sub.close()
+    assert knob.read_text().strip() == original
