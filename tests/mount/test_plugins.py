@@ -70,7 +70,7 @@ def test_an_installed_plugin_is_listed_with_its_package_settings_types_and_defau
     assert "example.cache" not in _backends("").stdout
 
 
-def test_a_plugin_that_fails_to_import_is_reported_with_its_package_and_never_a_crash(
+def test_a_plugin_that_fails_to_import_or_clashes_is_reported_and_never_a_crash(
         tmp_path, plugin_path):
     # an installed distribution whose entry point names a module that raises on import
     site = tmp_path / "site"
@@ -78,7 +78,8 @@ def test_a_plugin_that_fails_to_import_is_reported_with_its_package_and_never_a_
     dist.mkdir(parents=True)
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: mlfs-backend-broken\n"
                                    "Version: 1.0\n")
-    (dist / "entry_points.txt").write_text("[mlfs.backends]\nbroken.one = mlfs_broken\n")
+    (dist / "entry_points.txt").write_text("[mlfs.backends]\nbroken.one = mlfs_broken\n"
+                                           "linux.vm = mlfs_broken\n")
     (site / "mlfs_broken.py").write_text("raise RuntimeError('needs libfoo 2')\n")
     done = _backends(f"{site}:{plugin_path}")
     assert done.returncode == 0, done.stderr
@@ -86,6 +87,11 @@ def test_a_plugin_that_fails_to_import_is_reported_with_its_package_and_never_a_
     assert "example.cache" in names and "broken.one" not in names
     assert "mlfs-backend-broken" in done.stderr and "needs libfoo 2" in done.stderr
     assert "Traceback" not in done.stderr
+    # a name clash keeps mlfs's own backend and says so
+    vm = next(b for b in json.loads(done.stdout)["backends"] if b["name"] == "linux.vm")
+    assert vm["package"] == "mlfs"
+    assert "'linux.vm' of package mlfs-backend-broken ignored: mlfs registers it too" in (
+        done.stderr)
     # a configuration naming it is refused in one line, before any daemon starts
     config = tmp_path / "broken.toml"
     config.write_text('[[subsystem]]\nbackend = "broken.one"\n')
