@@ -249,3 +249,24 @@ def test_a_cgroup_file_is_a_declared_knob_and_memory_stat_a_feature(memory_cgrou
     finally:
         sub.close()
     assert knob.read_text().strip() == original
+
+
+def test_a_bracketed_choice_file_is_a_declared_choice_knob(loop, tmp_path):
+    path = Path(f"/sys/block/{loop}/queue/scheduler")
+    original = next(w[1:-1] for w in path.read_text().split() if w.startswith("["))
+    other = "mq-deadline" if original != "mq-deadline" else "none"
+    sub = DeclaredSubsystem(
+        name="sched", measure_seconds=0, objective="reads", state_dir=tmp_path,
+        knobs={"scheduler": {"path": str(path), "choices": ["none", "mq-deadline"],
+                             "apply": ["none", "mq-deadline"]}},
+        features={"reads": {"path": f"/sys/block/{loop}/stat", "field": 0}})
+    try:
+        knob = sub.knobs["scheduler"]
+        assert knob.type == "choice" and knob.default == original
+        assert set(knob.choices) == {"none", "mq-deadline"}
+        sub.step({"scheduler": other})
+        assert f"[{other}]" in path.read_text()
+        assert "scheduler" in sub.step({"scheduler": "bfq"}).extra["refused"]  # not in apply
+    finally:
+        sub.close()
+    assert f"[{original}]" in path.read_text()
