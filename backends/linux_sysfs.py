@@ -54,7 +54,17 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from mlfs.abi import NAME, NAME_RULE, Knob, KnobValue, Objective, Sample
+from mlfs.abi import (
+    CORE_COLUMNS,
+    NAME,
+    NAME_RULE,
+    Knob,
+    KnobValue,
+    Objective,
+    Sample,
+    column_name,
+    knob_column,
+)
 
 from .linux_common import (
     KnobSpec,
@@ -245,10 +255,14 @@ def _declaration(kwargs: Mapping) -> tuple[dict, dict, dict, dict]:
         if rule is not None:
             apply[name] = rule
     out_features = {}
+    taken = {*CORE_COLUMNS, *(knob_column(k) for k in specs)}
     for name, spec in features.items():
         where = f"features.{name}"
         if not NAME.fullmatch(name) or not isinstance(spec, Mapping):
             raise SettingError(where, f"a feature is a table named like {NAME_RULE}")
+        if column_name(name) in taken:
+            raise SettingError(where, f"its column {column_name(name)} is the core's or a "
+                               "knob's (ts, tick, controller, model, mode, objective, knob_*)")
         out_features[name] = _Feature(name, spec, where)
     sub_name = kwargs.get("name", "linux.sysfs")
     try:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pyfuse3
 import trio
 
-from mlfs.backends import create_subsystems, describe_backends, listing_text
+from mlfs.backends import SettingError, create_subsystems, describe_backends, listing_text
 
 from . import __version__
 from .config import Config
@@ -97,7 +97,12 @@ def serve(mountpoint: Path, config: Config, state_dir: Path, ready_fd: int | Non
     except statedir.FormatError as exc:
         log.error("%s", exc)
         return 2
-    exchange = Exchange(config, state_dir, create_subsystems(config.subsystems, state_dir))
+    try:
+        subsystems = create_subsystems(config.subsystems, state_dir)
+    except SettingError as exc:  # e.g. a plugin's subsystem the core cannot serve
+        log.error("configuration: %s", exc)
+        return 2
+    exchange = Exchange(config, state_dir, subsystems)
     backends, problems = describe_backends()
     for problem in problems:
         log.warning("%s", problem)  # a plugin that fails to import never stops the mount

@@ -157,6 +157,7 @@ def test_knob_paths_must_resolve_under_proc_sys_or_sys(tmp_path):
     ({"features": {"f": {"path": "/proc/loadavg", "key": "a", "psi": "some total"}}},
      "features.f"),
     ({"features": {"f": {"path": "/proc/loadavg", "scale": float("nan")}}}, "features.f.scale"),
+    ({"features": {"tick": {"path": "/proc/loadavg"}}}, "features.tick"),
     ({"objective": "nothing"}, "objective"),
     ({"critical": {"nothing": 1}}, "critical.nothing"),
     ({"knobs": {"k": {"path": "/proc/sys/vm/swappiness"}}}, "knobs.k"),

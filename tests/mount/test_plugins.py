@@ -10,6 +10,7 @@ isolated build of a flit package).
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -130,3 +131,48 @@ def test_a_plugin_backend_mounts_and_serves_dataset_rows(mount_root, plugin_path
         assert set(table.column("knob_size_kb").to_pylist()) == {256}
     finally:
         m.kill(signal.SIGTERM)
+
+
+BAD_COLUMNS = '''
+from mlfs.abi import Objective, Sample, Subsystem
+
+class Bad(Subsystem):
+    name, backend, description, tick_seconds = "bad.one", "bad.columns", "bad", 0.05
+    objective = Objective("x", "", "max")
+    knobs = {}
+    features = {"tick": "int64"}
+
+    def step(self, knobs):
+        return Sample(features={"tick": 1}, objective=0.0)
+
+def check(settings):
+    return settings, ["bad.one"]
+
+def factory(settings):
+    return [Bad()]
+'''
+
+
+def test_a_plugin_subsystem_the_core_cannot_serve_fails_the_mount_in_one_line(
+        tmp_path, mount_root):
+    site = tmp_path / "site"
+    dist = site / "mlfs_backend_bad-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: mlfs-backend-bad\n"
+                                   "Version: 1.0\n")
+    (dist / "entry_points.txt").write_text("[mlfs.backends]\nbad.columns = mlfs_bad\n")
+    (site / "mlfs_bad.py").write_text(BAD_COLUMNS)
+    config = tmp_path / "bad.toml"
+    config.write_text('[[subsystem]]\nbackend = "bad.columns"\n')
+    mountpoint = mount_root / "mnt"
+    mountpoint.mkdir()
+    state = mount_root / "state"
+    done = subprocess.run(
+        mlfs_command("mount", str(mountpoint), "--config", str(config), "--state-dir",
+                     str(state)),
+        capture_output=True, text=True, timeout=60, cwd=REPO,
+        env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"})
+    assert done.returncode != 0
+    assert "feature 'tick': column tick is taken by the core" in done.stderr
+    assert "Traceback" not in (state / "mlfs.log").read_text()
+    assert not os.path.ismount(mountpoint)
