@@ -94,6 +94,8 @@ from .settings import (
     SettingError,
     boolean_or,
     check_settings,
+    defaults_from,
+    described,
     list_of,
     number,
     table,
@@ -288,6 +290,14 @@ class LinuxBlock(LinuxSubsystem):
 def current_scheduler(device: str) -> str:
     """The device's scheduler now (for tests and tools)."""
     return parse_bracketed(read_text(SYS_BLOCK / device / "queue" / "scheduler"))[0]
+
+
+DESCRIPTION = ("Linux block devices, one subsystem per disk: read_ahead_kb, nr_requests, "
+               "scheduler; features from /sys/block/<dev>/stat")
+defaults_from(SETTINGS, LinuxBlock.__init__)
+described(SETTINGS["devices"], "\"auto\" or list of device names", default="auto")
+#: the factory wants the state directory (the ledger of original knob values)
+USES_STATE_DIR = True
 
 
 def check(settings: dict) -> tuple[dict, list[str]]:

@@ -82,9 +82,9 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import quote
 
+from mlfs.abi import EXTRA_FOREIGN, EXTRA_REFUSED, Knob, KnobValue, Objective, Sample, Subsystem
 from mlfs.core.durable import DAMAGED_SUFFIX, fsync_dir, set_aside, write_durably
 
-from .base import Knob, KnobValue, Objective, Sample, Subsystem
 from .settings import SettingError
 
 log = logging.getLogger("mlfs.backends.linux")
@@ -155,23 +155,33 @@ def read_key_values(path: str | Path) -> dict[str, int]:
     return out
 
 
+_PSI_KEYS = ("avg10", "avg60", "avg300", "total")
+
+
 def read_psi(resource: str) -> dict[str, float]:
-    """/proc/pressure/<resource> as {some_avg10, some_total, full_avg10, full_total}.
+    """/proc/pressure/<resource> as {some_avg10, some_total, full_avg10, full_total, ...}.
 
     Missing file (kernel without PSI) or line (cpu `full` before 5.13) -> zeros.
     """
-    out = {"some_avg10": 0.0, "some_total": 0.0, "full_avg10": 0.0, "full_total": 0.0}
     try:
-        text = read_text(f"/proc/pressure/{resource}")
+        return read_psi_file(f"/proc/pressure/{resource}")
     except OSError:
-        return out
-    for line in text.splitlines():
+        return {f"{kind}_{key}": 0.0 for kind in ("some", "full") for key in _PSI_KEYS}
+
+
+def read_psi_file(path: str | Path) -> dict[str, float]:
+    """A PSI file (/proc/pressure/<r>, a cgroup v2 <r>.pressure) as {some_avg10, ...}.
+
+    A missing line reads zeros; an unreadable file raises OSError.
+    """
+    out = {f"{kind}_{key}": 0.0 for kind in ("some", "full") for key in _PSI_KEYS}
+    for line in read_text(path).splitlines():
         parts = line.split()
         if not parts or parts[0] not in ("some", "full"):
             continue
         for item in parts[1:]:
             key, _, value = item.partition("=")
-            if key in ("avg10", "total"):
+            if key in _PSI_KEYS:
                 try:
                     out[f"{parts[0]}_{key}"] = float(value)
                 except ValueError:
@@ -692,9 +702,9 @@ class KnobController:
                     self._refuse(refused, name, want, reason)
         extra: dict = {}
         if refused:
-            extra["refused"] = refused
+            extra[EXTRA_REFUSED] = refused
         if foreign:
-            extra["foreign"] = foreign
+            extra[EXTRA_FOREIGN] = foreign
         return extra
 
     def _within(self, name: str, want: str) -> bool:
@@ -904,7 +914,7 @@ class LinuxSubsystem(Subsystem):
         self.objective_feature = objective
         self._choices = dict(choices)
         self.controller = KnobController(name, specs, rules, state_dir)
-        self.knobs = {n: self.controller.knob(n, self._choices.get(n, ())) for n in specs}
+        self.knobs = {n: self._knob(n) for n in specs}
         self.safety = describe_rules(rules)
         self._last = self.snapshot()
         self._last_time = time.monotonic()
@@ -921,6 +931,10 @@ class LinuxSubsystem(Subsystem):
     def critical_state(self, features: dict[str, float]) -> str | None:
         return None
 
+    def _knob(self, name: str) -> Knob:
+        """The knob as `info` shows it now (its range is what may be written)."""
+        return self.controller.knob(name, self._choices.get(name, ()))
+
     # ---- the Subsystem interface -----------------------------------------------------
     def default_knobs(self, last: Sample | None) -> dict[str, KnobValue]:
         """The default algorithm: the original values (mlfs follows others' changes)."""
@@ -929,7 +943,7 @@ class LinuxSubsystem(Subsystem):
     def step(self, knobs: dict[str, KnobValue]) -> Sample:
         extra = self.controller.apply(knobs)
         for name in self.knobs:  # an observed knob's one allowed value follows the kernel
-            knob = self.controller.knob(name, self._choices.get(name, ()))
+            knob = self._knob(name)
             if knob != self.knobs[name]:
                 self.knobs[name] = knob
         if self.measure_seconds > 0:

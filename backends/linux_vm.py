@@ -76,6 +76,7 @@ from .settings import (
     Schema,
     SettingError,
     check_settings,
+    defaults_from,
     number,
     table,
     text,
@@ -211,6 +212,13 @@ class LinuxVM(LinuxSubsystem):
             if value > level:
                 return f"PSI {r} full avg10 {value:.2f} > {level:.2f}"
         return None
+
+
+DESCRIPTION = ("Linux memory management: vm.* sysctls, features from /proc/vmstat, "
+               "/proc/meminfo and /proc/pressure")
+defaults_from(SETTINGS, LinuxVM.__init__)
+#: the factory wants the state directory (the ledger of original knob values)
+USES_STATE_DIR = True
 
 
 def check(settings: dict) -> tuple[dict, list[str]]:

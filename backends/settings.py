@@ -9,11 +9,16 @@ allows, `nan` crashes the tick loop) never reaches a constructor.
 
 Each backend declares its settings once as a table of checks (`Schema`); the
 factories call `check_settings` with it, so the configuration check and the
-construction can never disagree.
+construction can never disagree.  Each check says what it accepts (`kind`,
+set by the builders here, or by `described` for a backend's own check) and
+may carry the value used when the setting is left out (`described(...,
+default=...)`); `describe_schema` turns a Schema into what `mlfs backends`
+lists.  This module is part of the backend ABI (docs/writing-a-backend.md).
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Mapping
 
@@ -26,6 +31,49 @@ Schema = Mapping[str, Check]
 MIN_TICK_SECONDS = 0.001
 #: the longest tick: an hour (a model then still sees 24 rows a day)
 MAX_TICK_SECONDS = 3600.0
+
+
+#: a Schema entry's default when none is declared
+NO_DEFAULT = object()
+
+
+def described(check: Check, kind: str | None = None, default: object = NO_DEFAULT) -> Check:
+    """`check` with what it accepts (`kind`) and its default, for `mlfs backends`.
+
+    Returns `check` itself; `default` is only shown, never filled in (the
+    backend applies its own defaults).
+    """
+    if kind is not None:
+        check.kind = kind  # type: ignore[attr-defined]
+    if default is not NO_DEFAULT:
+        check.default = default  # type: ignore[attr-defined]
+    return check
+
+
+def defaults_from(schema: Schema, constructor: Callable) -> Schema:
+    """Show each setting's default as `constructor`'s parameter default (declared once).
+
+    Settings the constructor defaults to None (an optional setting left
+    unset) or that already have a default keep what they have.
+    """
+    for param in inspect.signature(constructor).parameters.values():
+        check = schema.get(param.name)
+        if (check is not None and param.default is not param.empty
+                and param.default is not None and not hasattr(check, "default")):
+            default = param.default
+            described(check, default=list(default) if isinstance(default, tuple) else default)
+    return schema
+
+
+def describe_schema(schema: Schema) -> list[dict]:
+    """Each setting as {name, type, default?}: what a Schema accepts, in its order."""
+    out = []
+    for key, check in schema.items():
+        entry = {"name": key, "type": getattr(check, "kind", "any")}
+        if hasattr(check, "default"):
+            entry["default"] = check.default
+        out.append(entry)
+    return out
 
 
 class SettingError(ValueError):
@@ -58,7 +106,7 @@ def number(lo: float, hi: float, *, integer: bool = False) -> Check:
             raise ValueError(f"{_show(value)} is outside {lo}..{hi}")
         return value if integer else float(value)
 
-    return check
+    return described(check, f"{'integer' if integer else 'number'} {_show(lo)}..{_show(hi)}")
 
 
 def tick_seconds() -> Check:
@@ -74,7 +122,7 @@ def word(*choices: str) -> Check:
             raise ValueError(f"{_show(value)} is not one of {', '.join(choices)}")
         return value
 
-    return check
+    return described(check, "one of " + ", ".join(choices))
 
 
 def text(max_len: int = 256) -> Check:
@@ -85,7 +133,7 @@ def text(max_len: int = 256) -> Check:
             raise ValueError(f"{_show(value)} is not a string of 1..{max_len} characters")
         return value
 
-    return check
+    return described(check, f"string (1..{max_len} characters)")
 
 
 def boolean_or(*words: str) -> Check:
@@ -97,7 +145,7 @@ def boolean_or(*words: str) -> Check:
         alternatives = "".join(f" or {w!r}" for w in words)
         raise ValueError(f"{_show(value)} is not true, false{alternatives}")
 
-    return check
+    return described(check, "true, false" + "".join(f" or {w!r}" for w in words))
 
 
 def table() -> Check:
@@ -108,7 +156,7 @@ def table() -> Check:
             raise ValueError(f"{_show(value)} is not a table")
         return value
 
-    return check
+    return described(check, "table")
 
 
 def list_of(item: Check, min_len: int = 1, max_len: int = 1024, unique: bool = False) -> Check:
@@ -127,7 +175,8 @@ def list_of(item: Check, min_len: int = 1, max_len: int = 1024, unique: bool = F
             raise ValueError("items repeat")
         return out
 
-    return check
+    return described(check, f"list ({min_len}..{max_len}) of {getattr(item, 'kind', 'any')}"
+                     + (", unique" if unique else ""))
 
 
 def check_settings(settings: Mapping[str, object], schema: Schema,

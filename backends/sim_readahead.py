@@ -100,18 +100,19 @@ import math
 from collections.abc import Mapping
 
 import numpy as np
-
-from backends.base import Knob, KnobValue, Objective, Sample, Subsystem
-from backends.settings import (
+from mlfs.backends.settings import (
     Schema,
     SettingError,
     check_settings,
+    defaults_from,
     list_of,
     number,
     text,
     tick_seconds,
     word,
 )
+
+from mlfs.abi import EXTRA_REFUSED, Knob, KnobValue, Objective, Sample, Subsystem
 
 __all__ = [
     "FEATURES",
@@ -444,7 +445,7 @@ class SimReadahead(Subsystem):
             critical = f"mem_pressure {pressure:.2f} > {self.critical_pressure:.2f}"
         extra: dict = {"phase": phase, "expected": expected, "intensity": intensity}
         if refused:
-            extra["refused"] = {"read_ahead_kb": refused}
+            extra[EXTRA_REFUSED] = {"read_ahead_kb": refused}
 
         self.ticks += 1
         self._phase_t += 1
@@ -467,6 +468,11 @@ SETTINGS: Schema = {
     "critical_pressure": number(0.0, 1.0),
     "phases": list_of(word(*PHASES), 1, 64),
 }
+
+
+DESCRIPTION = ("simulated block device + page cache under a phase-changing workload, "
+               "in virtual time (knob read_ahead_kb)")
+defaults_from(SETTINGS, SimReadahead.__init__)
 
 
 def check(settings: dict) -> tuple[dict, list[str]]:

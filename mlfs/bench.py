@@ -356,7 +356,7 @@ class Session:
 # ---- the big portion -------------------------------------------------------------------
 def dataset_schema():
     """The dataset schema exactly as the proxy builds it for sim.readahead."""
-    from backends.sim_readahead import SimReadahead
+    from mlfs.backends.sim_readahead import SimReadahead
 
     from .config import load_config
     from .core.exchange import Exchange
@@ -826,7 +826,7 @@ def ingest_run(ticks: int, seed: int, directory: Path) -> tuple[float, list[dict
     """Rows/s of tick() + sealing at full speed, and the rows it produced."""
     import pyarrow as pa
 
-    from backends.sim_readahead import SimReadahead
+    from mlfs.backends.sim_readahead import SimReadahead
 
     from .config import load_config
     from .core.exchange import Exchange
@@ -871,7 +871,7 @@ def write_reference(rows: list[dict], schema: Any, directory: Path, batch: int) 
 
 def backend_only(ticks: int, seed: int) -> float:
     """Rows/s of the simulated backend's step() alone: the floor under tick()."""
-    from backends.sim_readahead import SimReadahead
+    from mlfs.backends.sim_readahead import SimReadahead
 
     sim = SimReadahead(seed=seed)
     knobs = sim.default_knobs(None)

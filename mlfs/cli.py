@@ -184,7 +184,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
     """Put back every original knob value a state directory's ledger recorded."""
     import logging
 
-    from backends.linux_common import restore_state_dir
+    from mlfs.backends.linux_common import restore_state_dir
 
     from .core import statedir
 
@@ -262,7 +262,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from trainers.worker import main as train_main
+    from mlfs.trainers.worker import main as train_main
 
     argv = [args.mountpoint, args.subsystem, "--model", args.model]
     if args.max_seconds:
@@ -369,6 +369,28 @@ def _command(sub, name: str, help_text: str) -> argparse.ArgumentParser:
                           formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
+def cmd_backends(args: argparse.Namespace) -> int:
+    """Every installed backend (entry-point group mlfs.backends) with its settings.
+
+    A backend that fails to import is reported on stderr (package, reason);
+    the others are still listed.
+    """
+    from mlfs.backends import describe_backends
+
+    backends, problems = describe_backends()
+    if args.json:
+        print(json.dumps({"backends": backends, "problems": problems}, indent=2))
+    else:
+        for backend in backends:
+            print(f"{backend['name']}  ({backend['package']})\n    {backend['description']}")
+            for s in backend["settings"]:
+                default = f" = {json.dumps(s['default'])}" if "default" in s else ""
+                print(f"    {s['name']}: {s['type']}{default}")
+    for problem in problems:
+        print(f"mlfs backends: {problem}", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
@@ -471,6 +493,9 @@ def build_parser() -> argparse.ArgumentParser:
                            "without mounting: exit 0 when valid, else one line and exit 2.")
     q.add_argument("file", help="the TOML configuration to check")
     q.set_defaults(func=cmd_config_check)
+    p = _command(sub, "backends", "installed backends, their settings, types and defaults")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.set_defaults(func=cmd_backends)
     parser.description = SUMMARY + ", ".join(sub.choices) + "."
     return parser
 

@@ -184,7 +184,7 @@ def check_host(config: Config) -> None:
 
 def _check_subsystems(entries: list) -> None:
     """Every [[subsystem]] table checked whole, with safe and unique names."""
-    from backends import check_entry
+    from mlfs.backends import check_entry
 
     from .core.statedir import subsystem_name_problem
 

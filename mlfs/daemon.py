@@ -20,7 +20,7 @@ from pathlib import Path
 import pyfuse3
 import trio
 
-from backends import create_subsystems
+from mlfs.backends import SettingError, create_subsystems, describe_backends, listing_text
 
 from . import __version__, runfile
 from .config import Config
@@ -179,11 +179,20 @@ def serve(mountpoint: Path, config: Config, state_dir: Path, ready_fd: int | Non
     except statedir.FormatError as exc:
         log.error("%s", exc)
         return 2
-    exchange = Exchange(config, state_dir, create_subsystems(config.subsystems, state_dir))
+    try:
+        subsystems = create_subsystems(config.subsystems, state_dir)
+    except SettingError as exc:  # e.g. a plugin's subsystem the core cannot serve
+        log.error("configuration: %s", exc)
+        return 2
+    exchange = Exchange(config, state_dir, subsystems)
+    backends, problems = describe_backends()
+    for problem in problems:
+        log.warning("%s", problem)  # a plugin that fails to import never stops the mount
     keep_info(exchange, state_dir)
     ops = Operations(exchange, version_text=f"mlfs {__version__}\n",
                      metrics=lambda: metrics.render(exchange),
-                     gid=_group_id(config.mount.group))
+                     gid=_group_id(config.mount.group),
+                     backends_text=listing_text(backends))
     options = set(pyfuse3.default_options)
     options |= {"fsname=mlfs", "subtype=mlfs", "auto_unmount"}
     if config.mount.allow_other:

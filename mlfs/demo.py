@@ -60,7 +60,7 @@ def _demo_config(seed: int) -> str | None:
 
 def run_demo(seconds: float = 120.0, seed: int = 0, settle: float = 30.0,
              keep: str | None = None) -> int:
-    from trainers.worker import run_worker
+    from mlfs.trainers.worker import run_worker
 
     if keep is not None:
         try:
@@ -154,7 +154,7 @@ def _ensure_gone(pid: int, mountpoint: Path) -> None:
 
 
 def _summary(state_dir: Path, seed: int, mode_changes: list, worker_stats: dict) -> None:
-    from backends.sim_replay import Counterfactuals
+    from mlfs.backends.sim_replay import Counterfactuals
 
     files = sorted((state_dir / SUBSYSTEM / "dataset").glob("*.parquet"))
     if not files:

@@ -37,6 +37,7 @@ import sys
 from collections import deque
 from pathlib import Path
 
+from .abi import knob_column
 from .status_view import read_portion
 
 WINDOW_TICKS = 400  # [modes] window_ticks of the default configuration
@@ -441,7 +442,7 @@ def build(mountpoint: Path, subsystem: str, model: str | None = None, last: int 
     knob_svgs = []
     for knob, spec in list(info.get("knobs", {}).items())[:4]:
         if spec.get("type") in ("int", "float"):
-            column = "knob_" + "".join(c if c.isalnum() or c == "_" else "_" for c in knob)
+            column = knob_column(knob)
             knob_svgs.append(knob_svg(rows, stride, column, knob, changes))
 
     ml = _finite(r["objective"] for r in rows if r.get("controller") == "ml")

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import re
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -39,6 +38,15 @@ from typing import Any
 import lightgbm as lgb
 import numpy as np
 import pyarrow as pa
+
+from mlfs.abi import (
+    Knob,
+    KnobValue,
+    candidate_values,
+    column_name,
+    distance_from_default,
+    knob_column,
+)
 
 __all__ = [
     "KnobLearner",
@@ -50,48 +58,6 @@ __all__ = [
 
 #: beyond this many knob combinations the grid is searched one knob at a time
 MAX_CANDIDATES = 4096
-#: at most this many values per int knob (the proxy uses the same rule)
-MAX_VALUES_PER_KNOB = 64
-
-_COLUMN_UNSAFE = re.compile(r"[^A-Za-z0-9_]")
-
-KnobValue = int | str
-
-
-def column_name(name: str) -> str:
-    """The dataset column of a feature: only [A-Za-z0-9_], others become '_'."""
-    return _COLUMN_UNSAFE.sub("_", name)
-
-
-def knob_column(knob: str) -> str:
-    """The dataset column of a knob's value."""
-    return "knob_" + column_name(knob)
-
-
-def candidate_values(spec: Mapping[str, Any]) -> list[KnobValue]:
-    """The values evaluated for one knob, ascending; the proxy's rule exactly.
-
-    int knobs: min, max, default and the powers of two in range, thinned evenly
-    to at most 64 (the default always kept); choice knobs: every choice, in
-    `info` order.  Using the proxy's rule and order makes the trainer's argmax
-    and the policy's argmax break ties the same way.
-    """
-    if spec["type"] == "choice":
-        return list(spec["choices"])
-    lo = int(spec.get("min") or 0)
-    hi = int(spec["max"]) if spec.get("max") is not None else 1 << 20
-    default = int(spec.get("default", lo))
-    values = {lo, hi, default}
-    power = 1
-    while power <= hi:
-        if power >= lo:
-            values.add(power)
-        power *= 2
-    ordered = sorted(values)
-    if len(ordered) > MAX_VALUES_PER_KNOB:
-        picks = np.linspace(0, len(ordered) - 1, MAX_VALUES_PER_KNOB).round().astype(int)
-        ordered = sorted({ordered[i] for i in picks} | {default})
-    return ordered
 
 
 def _as_float_column(table: pa.Table, name: str) -> np.ndarray:
@@ -138,6 +104,8 @@ class KnobLearner:
         # info order, so the candidate product matches the proxy's
         self.knobs: list[str] = [k for k in all_knobs if k in names]
         self.knob_specs = {k: dict(all_knobs[k]) for k in self.knobs}
+        # the same Knob the proxy holds, so grid and tie-break are the proxy's own
+        self.knob_defs = {k: Knob.from_info(k, spec) for k, spec in self.knob_specs.items()}
         self.features: list[str] = list(info["features"])
         self.feature_columns = [column_name(f) for f in self.features]
         self.knob_columns = [knob_column(k) for k in self.knobs]
@@ -175,7 +143,7 @@ class KnobLearner:
             self.params["objective"] = "gamma"
         self.params.update(params or {})
 
-        self.grids: list[list[KnobValue]] = [candidate_values(self.knob_specs[k])
+        self.grids: list[list[KnobValue]] = [candidate_values(self.knob_defs[k])
                                              for k in self.knobs]
         self.default_setting = tuple(self._encode(k, self.knob_specs[k].get("default"))
                                      for k in self.knobs)
@@ -548,7 +516,7 @@ class KnobLearner:
     def _best_index(self, scores: np.ndarray, codes: np.ndarray) -> int:
         """The best score; among exact ties the setting nearest the default.
 
-        The proxy's rule (mlfs.core.policy.distance_from_default): trees predict
+        The proxy's rule (mlfs.abi.distance_from_default): trees predict
         the same for every value beyond their last split, and the grid's first
         value (read_ahead_kb 0) is not a safe guess for values never tried.
         """
@@ -559,11 +527,8 @@ class KnobLearner:
     def _distance(self, codes: np.ndarray) -> np.ndarray:
         total = np.zeros(len(codes))
         for j, knob in enumerate(self.knobs):
-            default = self.default_setting[j]
-            if self.knob_specs[knob]["type"] == "choice":
-                total += codes[:, j] != default
-            else:
-                total += np.abs(np.log2(1 + np.abs(codes[:, j])) - np.log2(1 + abs(default)))
+            spec = self.knob_defs[knob]
+            total += [distance_from_default(spec, self._decode(knob, c)) for c in codes[:, j]]
         return total
 
     def _decode_setting(self, codes: Sequence[float]) -> dict[str, KnobValue]:

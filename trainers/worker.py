@@ -25,7 +25,6 @@ import json
 import logging
 import math
 import os
-import re
 import select
 import signal
 import sys
@@ -37,13 +36,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from mlfs.trainers.learner import KnobLearner
+from mlfs.trainers.schedule import LEARNING_TTL, Steer, TrainerSchedule
 
-from trainers.learner import KnobLearner
-from trainers.schedule import LEARNING_TTL, Steer, TrainerSchedule
+from mlfs.abi import NAME
 
 __all__ = ["run_worker", "main"]
 
-MODEL_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 #: errors that mean "the mount (or this path in it) is not there right now"
 GONE = {errno.ENOTCONN, errno.ENOENT, errno.ENODEV, errno.ESHUTDOWN, errno.ECONNABORTED,
         errno.ENOTDIR}
@@ -680,7 +679,7 @@ def run_worker(
     lasts; `relative`: fit relative error (`KnobLearner`), for objectives
     spanning orders of magnitude.  Never raises on OSError from the mount.
     """
-    if not MODEL_NAME.fullmatch(model):
+    if not NAME.fullmatch(model):
         raise ValueError(f"model name {model!r} is not [a-z0-9][a-z0-9._-]{{0,63}}")
     worker = _Worker(mountpoint, subsystem, model, stop or threading.Event(), log,
                      prepare_seconds, seed, learning_ttl, relative)
@@ -730,7 +729,7 @@ def main(argv: list[str] | None = None) -> int:
                              "(a real device's MiB/s across workload phases)")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
-    if not MODEL_NAME.fullmatch(args.model):
+    if not NAME.fullmatch(args.model):
         parser.error(f"--model {args.model!r}: use [a-z0-9][a-z0-9._-]{{0,63}}")
     missing = _missing_mountpoint(args.mountpoint)
     if missing:

@@ -21,7 +21,18 @@ from pathlib import Path
 import pyarrow as pa
 import trio
 
-from backends.base import KnobValue, Sample, Subsystem
+from mlfs.abi import (
+    ABI_VERSION,
+    EXTRA_APPLIED,
+    EXTRA_FOREIGN,
+    EXTRA_REFUSED,
+    NAME,
+    KnobValue,
+    Sample,
+    Subsystem,
+    column_name,
+    knob_column,
+)
 
 from .clock import now_us
 from .durable import fsync_dir, set_aside
@@ -30,7 +41,7 @@ from .events import EventBus
 from .proxy import Decision, ModelProxy
 from .statedir import read_word, subsystem_dir
 from .store import Portion, PortionStore, StoreWatch, errno_name
-from .text import MODEL_NAME, column_name, escape_input, knob_column, one_word, parse_float
+from .text import escape_input, one_word, parse_float
 
 log = logging.getLogger("mlfs.exchange")
 
@@ -98,7 +109,7 @@ class SubsystemRuntime:
         for entry in sorted(models_dir.iterdir()):
             if entry.name.startswith(_NEW_PREFIX):  # a mkdir that never returned
                 shutil.rmtree(entry, ignore_errors=True)
-            elif entry.is_dir() and MODEL_NAME.fullmatch(entry.name):
+            elif entry.is_dir() and NAME.fullmatch(entry.name):
                 if not (entry / MODEL_SETTINGS).exists():
                     log.warning("%s: %s has no %s (not a complete model); ignored",
                                 self.name, entry, MODEL_SETTINGS)
@@ -130,6 +141,7 @@ class SubsystemRuntime:
         sub = self.subsystem
         return {
             "backend": sub.backend,
+            "abi": ABI_VERSION,
             "description": sub.description,
             "tick_seconds": sub.tick_seconds,
             "objective": {"name": sub.objective.name, "unit": sub.objective.unit,
@@ -164,7 +176,7 @@ class SubsystemRuntime:
         last) and renamed into place, so a crash or an error half-way (EMFILE,
         ENOSPC) never leaves something that comes back as a model.
         """
-        if not MODEL_NAME.fullmatch(name):
+        if not NAME.fullmatch(name):
             raise invalid(f"model name {name!r} is not [a-z0-9][a-z0-9._-]{{0,63}}")
         if name in self.models:
             raise Refused(errno.EEXIST, f"model {name!r} exists")
@@ -263,7 +275,7 @@ class SubsystemRuntime:
         """The recording half: dataset row, feedback, modes, reports."""
         ts = now_us()
         knobs = dict(plan.knobs)
-        knobs.update(sample.extra.get("applied") or {})  # what the kernel really has
+        knobs.update(sample.extra.get(EXTRA_APPLIED) or {})  # what the kernel really has
         objective = sample.objective
         if self._objective_override is not None:
             objective, self._objective_override = self._objective_override, None
@@ -288,7 +300,7 @@ class SubsystemRuntime:
             proxy.record(plan.tick, ts, by_proxy.get(proxy.name), objective, knobs,
                          plan.features)
             proxy.update_mode(critical)
-        for status in ("refused", "foreign"):
+        for status in (EXTRA_REFUSED, EXTRA_FOREIGN):
             for knob, reason in (sample.extra.get(status) or {}).items():
                 self.exchange.count_error(self.name, f"knobs/{knob}")
                 log.warning("%s: knob %s %s: %s", self.name, knob, status, reason)
@@ -509,7 +521,7 @@ class Exchange:
         except OSError as exc:  # the tick number could not be reserved: none consumed
             runtime.hold(f"{errno_name(exc)} reserving tick numbers")
             return
-        if getattr(runtime.subsystem, "blocking", False):
+        if runtime.subsystem.blocking:
             sample = await trio.to_thread.run_sync(runtime.subsystem.step, plan.knobs)
         else:
             sample = runtime.subsystem.step(plan.knobs)

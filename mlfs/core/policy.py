@@ -29,10 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
-from backends.base import Knob, KnobValue
+from mlfs.abi import Knob, KnobValue, candidate_values, distance_from_default, knob_column
 
 from .errors import invalid
-from .text import knob_column
 from .verifier import MAX_POLICY_BYTES, verify
 
 __all__ = ["MAX_POLICY_BYTES", "Policy", "PolicyRemoved", "check_in_subprocess"]
@@ -63,37 +62,6 @@ class PolicyRemoved(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
-
-
-def candidate_values(knob: Knob) -> list[KnobValue]:
-    """The values a policy (or a trainer) evaluates for one knob."""
-    if knob.type == "choice":
-        return list(knob.choices)
-    lo, hi = int(knob.min or 0), int(knob.max if knob.max is not None else 1 << 20)
-    values = {lo, hi, int(knob.default)}
-    power = 1
-    while power <= hi:
-        if power >= lo:
-            values.add(power)
-        power *= 2
-    ordered = sorted(values)
-    if len(ordered) > 64:
-        picks = np.linspace(0, len(ordered) - 1, 64).round().astype(int)
-        ordered = sorted({ordered[i] for i in picks} | {int(knob.default)})
-    return ordered
-
-
-def distance_from_default(knob: Knob, value: KnobValue) -> float:
-    """How far a candidate moves a knob from its default: log2 steps, or 1 for another choice.
-
-    Ties between candidates are broken towards the default (trainers.learner
-    uses the same rule): a tree model predicts the same for every value
-    beyond the last split it learnt, so "first in the grid wins" would pick
-    the grid's extreme (read_ahead_kb 0) for values it never saw.
-    """
-    if knob.type == "choice":
-        return 0.0 if value == knob.default else 1.0
-    return abs(math.log2(1 + abs(int(value))) - math.log2(1 + abs(int(knob.default))))
 
 
 def encode_knob(knob: Knob, value: KnobValue) -> float:

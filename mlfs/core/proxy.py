@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from backends.base import KnobValue
+from mlfs.abi import KnobValue, knob_column
 
 from .clock import now_us, rfc3339
 from .durable import set_aside, write_durably
@@ -28,7 +28,7 @@ from .efficiency import EfficiencyWindow
 from .errors import Refused, busy, invalid
 from .policy import Policy, PolicyRemoved, check_in_subprocess
 from .store import PortionStore, StoreError, errno_name
-from .text import decode_text, escape_input, knob_column, one_word, parse_recommendations
+from .text import decode_text, escape_input, one_word, parse_recommendations
 from .verifier import verify
 
 if TYPE_CHECKING:

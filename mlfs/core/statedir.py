@@ -27,8 +27,9 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from mlfs.abi import NAME, NAME_RULE
+
 from .durable import set_aside, write_durably
-from .text import MODEL_NAME
 
 log = logging.getLogger("mlfs.state")
 
@@ -50,8 +51,8 @@ class FormatError(Exception):
 
 def subsystem_name_problem(name: object) -> str | None:
     """Why `name` cannot name a subsystem, or None when it can."""
-    if not isinstance(name, str) or not MODEL_NAME.fullmatch(name):
-        return f"{name!r} is not a subsystem name ([a-z0-9][a-z0-9._-]{{0,63}})"
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        return f"{name!r} is not a subsystem name ({NAME_RULE})"
     if name in RESERVED:
         return f"{name!r} is reserved ({', '.join(sorted(RESERVED))})"
     return None

@@ -10,22 +10,11 @@ import math
 import re
 from dataclasses import dataclass
 
-from backends.base import Knob, KnobValue, KnobValueError
+from mlfs.abi import Knob, KnobValue, KnobValueError
 
 from .errors import invalid
 
 MAX_WRITE = 4096
-MODEL_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
-_COLUMN_UNSAFE = re.compile(r"[^A-Za-z0-9_]")
-
-
-def column_name(name: str) -> str:
-    """Dataset column names use only [A-Za-z0-9_]."""
-    return _COLUMN_UNSAFE.sub("_", name)
-
-
-def knob_column(knob: str) -> str:
-    return "knob_" + column_name(knob)
 
 
 def escape_input(data: bytes, limit: int = 512) -> str:

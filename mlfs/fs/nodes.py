@@ -245,7 +245,8 @@ class Tree:
     """The inode table and the root of the mount."""
 
     def __init__(self, exchange: Exchange, actions, version_text: str,
-                 metrics: ReadFn, group_writable: bool, started_ns: int) -> None:
+                 metrics: ReadFn, group_writable: bool, started_ns: int,
+                 backends_text: str = "") -> None:
         self.exchange = exchange
         self.actions = actions
         self.group_writable = group_writable
@@ -256,6 +257,8 @@ class Tree:
         self.root.add(Attr(self, "version", self.root, read=lambda: version_text))
         self.root.add(EventsFile(self, "events", self.root, None))
         self.root.add(Attr(self, "metrics", self.root, read=metrics))
+        # computed once by the daemon before the mount (listing imports every backend)
+        self.root.add(Attr(self, "backends", self.root, read=lambda: backends_text))
         for runtime in exchange.runtimes.values():
             self.root.add(SubsystemDir(self, self.root, runtime))
 

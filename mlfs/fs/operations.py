@@ -168,12 +168,13 @@ class Operations(pyfuse3.Operations):
     enable_writeback_cache = False
     enable_acl = False
 
-    def __init__(self, exchange: Exchange, *, version_text: str, metrics, gid: int = 0) -> None:
+    def __init__(self, exchange: Exchange, *, version_text: str, metrics, gid: int = 0,
+                 backends_text: str = "") -> None:
         super().__init__()
         self.exchange = exchange
         self.gid = gid
         self.tree = Tree(exchange, self, version_text, metrics, group_writable=gid != 0,
-                         started_ns=exchange_started_ns(exchange))
+                         started_ns=exchange_started_ns(exchange), backends_text=backends_text)
         self._handles: dict[int, Handle] = {}
         self._next_fh = itertools.count(1)
         self.stopping = False

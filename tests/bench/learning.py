@@ -20,13 +20,13 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
+from mlfs.backends.sim_readahead import SimReadahead
+from mlfs.backends.sim_replay import Counterfactuals
+from mlfs.trainers.learner import KnobLearner
+from mlfs.trainers.schedule import TrainerSchedule
 
-from backends.sim_readahead import SimReadahead
-from backends.sim_replay import Counterfactuals
 from mlfs.config import load_config
 from mlfs.core.exchange import Exchange
-from trainers.learner import KnobLearner
-from trainers.schedule import TrainerSchedule
 
 
 def run_seed(seed: int, ticks: int, fit_every: int = 200) -> dict:

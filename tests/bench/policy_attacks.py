@@ -22,7 +22,7 @@ CHILD = r'''
 import sys
 import lightgbm as lgb
 import numpy as np
-from backends.base import Knob
+from mlfs.abi import Knob
 from mlfs.core import policy as P
 from mlfs.core.errors import Refused
 COLUMNS = ["sequential_ratio", "mem_pressure", "knob_read_ahead_kb"]
@@ -58,10 +58,10 @@ except Refused as exc:
 
 DECIDE = r'''
 import time
-from backends.base import Knob
+from mlfs.abi import Knob
 from mlfs.core.policy import Policy
 from tests.core.test_trainer_learner import FEATURES, INFO, make_dataset
-from trainers.learner import KnobLearner
+from mlfs.trainers.learner import KnobLearner
 learner = KnobLearner(INFO)
 for k in range(5):
     learner.add_dataset(make_dataset(1000, seed=10 + k, start_tick=1000 * k, explore_share=0.25))

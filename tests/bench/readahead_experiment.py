@@ -42,8 +42,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from backends.linux_block import LinuxBlock
-from backends.sim_readahead import throughput_curve
+from mlfs.backends.linux_block import LinuxBlock
+from mlfs.backends.sim_readahead import throughput_curve
 
 MIB = 1 << 20
 GRID = (0, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)

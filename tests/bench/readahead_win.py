@@ -93,7 +93,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from backends.blktrace import tracer_unavailable
+from mlfs.backends.blktrace import tracer_unavailable
+
 from tests.bench.readahead_experiment import MIB, drop_cache, make_file, scratch_filesystem
 from tests.conftest import Mount, fuse_unavailable
 
@@ -475,7 +476,7 @@ def run_mlfs(args: argparse.Namespace, work: WorkloadProcess, device: str, root:
     the model pinned in emergency (the default algorithm), mlfs is the model
     pinned in recommendation with its policy deciding every tick.
     """
-    from trainers.worker import run_worker
+    from mlfs.trainers.worker import run_worker
 
     info: dict = {}
     runs: dict[str, list[dict]] = {c: [] for c in CONDITIONS}

@@ -16,10 +16,9 @@ import time
 from pathlib import Path
 
 import pytest
-
-from backends import blktrace
-from backends.linux_block import LinuxBlock
-from backends.linux_common import UnavailableError
+from mlfs.backends import blktrace
+from mlfs.backends.linux_block import LinuxBlock
+from mlfs.backends.linux_common import UnavailableError
 
 pytestmark = pytest.mark.skipif(blktrace.tracer_unavailable() is not None,
                                 reason=f"block tracepoints: {blktrace.tracer_unavailable()}")

@@ -115,7 +115,7 @@ def test_integers_are_accepted_where_a_float_is_expected():
     config = parse_config(SIM2 + "tick_seconds = 1\nnoise = 0\n[store]\nseal_seconds = 2\n",
                           "t")
     assert config.store.seal_seconds == 2.0
-    from backends import create_subsystems
+    from mlfs.backends import create_subsystems
 
     [sim] = create_subsystems(config.subsystems)
     assert sim.tick_seconds == 1.0 and sim.noise == 0.0

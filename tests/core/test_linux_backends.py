@@ -25,14 +25,14 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import mlfs.backends.linux_common as common
 import pytest
+from mlfs.backends import create_subsystems
+from mlfs.backends.linux_block import LinuxBlock, auto_devices, current_scheduler
+from mlfs.backends.linux_vm import FEATURES as VM_FEATURES
+from mlfs.backends.linux_vm import LinuxVM
 
-import backends.linux_common as common
-from backends import create_subsystems
-from backends.base import Subsystem
-from backends.linux_block import LinuxBlock, auto_devices, current_scheduler
-from backends.linux_vm import FEATURES as VM_FEATURES
-from backends.linux_vm import LinuxVM
+from mlfs.abi import Subsystem
 
 REPO = Path(__file__).resolve().parents[2]
 VM = Path("/proc/sys/vm")
@@ -379,7 +379,7 @@ def test_sigkilled_process_is_repaired_by_the_next_one(loop: str, queue: Path,
     original = read(queue / "read_ahead_kb")
     script = (
         "import os, signal\n"
-        "from backends.linux_block import LinuxBlock\n"
+        "from mlfs.backends.linux_block import LinuxBlock\n"
         f"sub = LinuxBlock({loop!r}, measure_seconds=0, state_dir={str(tmp_path)!r},\n"
         "                 apply={'read_ahead_kb': [16, 4096]})\n"
         "sub.step({'read_ahead_kb': 2048})\n"

@@ -14,8 +14,8 @@ import re
 import lightgbm as lgb
 import numpy as np
 import pytest
+from mlfs.backends.sim_readahead import SimReadahead
 
-from backends.sim_readahead import SimReadahead
 from mlfs.config import parse_config
 from mlfs.core import policy as policy_module
 from mlfs.core.exchange import Exchange

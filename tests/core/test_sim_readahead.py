@@ -12,9 +12,7 @@ import re
 
 import numpy as np
 import pytest
-
-from backends.base import Sample, Subsystem
-from backends.sim_readahead import (
+from mlfs.backends.sim_readahead import (
     _ANCHORS,
     FEATURES,
     PHASES,
@@ -23,6 +21,8 @@ from backends.sim_readahead import (
     _pchip,
     throughput_curve,
 )
+
+from mlfs.abi import Sample, Subsystem
 
 DEFAULT_PHASES = ("sequential", "random_pread", "random_mmap", "strided")
 

@@ -11,8 +11,8 @@ import errno
 
 import pytest
 import trio
+from mlfs.backends.sim_readahead import SimReadahead
 
-from backends.sim_readahead import SimReadahead
 from mlfs.config import parse_config
 from mlfs.core.errors import Refused
 from mlfs.core.exchange import Exchange

@@ -6,16 +6,13 @@ import errno
 
 import pytest
 
-from backends.base import Knob
+from mlfs.abi import NAME, Knob, column_name, knob_column
 from mlfs.core.errors import Refused
 from mlfs.core.text import (
     MAX_WRITE,
-    MODEL_NAME,
-    column_name,
     decode_text,
     escape_input,
     format_value,
-    knob_column,
     one_word,
     parse_float,
     parse_recommendations,
@@ -137,13 +134,13 @@ def test_parse_float_refuses_non_finite_numbers():
 
 @pytest.mark.parametrize("name", ["a", "lgbm", "m0", "a.b_c-d", "0" * 64, "9lives"])
 def test_model_names_accepted(name):
-    assert MODEL_NAME.fullmatch(name)
+    assert NAME.fullmatch(name)
 
 
 @pytest.mark.parametrize("name", ["", "BAD", "Lgbm", "-a", ".a", "_a", "a b", "a/b",
                                   "a" * 65, "é", "a+b"])
 def test_model_names_refused(name):
-    assert not MODEL_NAME.fullmatch(name)
+    assert not NAME.fullmatch(name)
 
 
 def test_column_names_use_only_safe_characters():

@@ -15,10 +15,10 @@ import lightgbm as lgb
 import numpy as np
 import pyarrow as pa
 import pytest
+from mlfs.trainers.learner import KnobLearner, candidate_values, knob_column
 
-from backends.base import Knob
+from mlfs.abi import Knob
 from mlfs.core.policy import Policy
-from trainers.learner import KnobLearner, candidate_values, knob_column
 
 INFO = {
     "backend": "synthetic",

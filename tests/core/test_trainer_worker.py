@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from mlfs.trainers.worker import run_worker
 
 from tests.core.test_trainer_learner import (
     COLUMNS,
@@ -38,7 +39,6 @@ from tests.core.test_trainer_learner import (
     phase_features,
     true_objective,
 )
-from trainers.worker import run_worker
 
 SUB = "sim.test"
 
@@ -286,7 +286,7 @@ def wait_for(predicate, timeout: float, what: str) -> None:
 
 @pytest.fixture
 def fake(tmp_path, monkeypatch):
-    from trainers import worker as worker_module
+    from mlfs.trainers import worker as worker_module
 
     # the daemon's timings, scaled down with the fake's 5 ms ticks
     monkeypatch.setattr(worker_module, "POLICY_MIN_SECONDS", 0.5)
@@ -373,7 +373,7 @@ def test_worker_survives_rmdir_and_the_mount_going_away(fake: FakeMount) -> None
 def test_refusals_are_logged_with_the_reason_and_survived(fake: FakeMount, caplog,
                                                           monkeypatch) -> None:
     """EINVAL from recommend and from the policy's close: logged with errors' last line."""
-    from trainers import worker as worker_module
+    from mlfs.trainers import worker as worker_module
 
     real_write = worker_module._Worker.write_attr
 

@@ -331,8 +331,9 @@ def test_a_16_mib_array_is_read_in_well_under_a_few_seconds(text):
 
 def test_every_policy_our_trainer_produces_verifies():
     """Fits, gamma fits and corrections up to the trainer's tree budget all verify."""
+    from mlfs.trainers.learner import KnobLearner
+
     from tests.core.test_trainer_learner import INFO, make_dataset, make_feedback
-    from trainers.learner import KnobLearner
 
     seen = []
     for relative in (False, True):
@@ -356,7 +357,7 @@ def test_every_policy_our_trainer_produces_verifies():
 
 
 def test_a_policy_over_the_decision_bound_is_refused_before_it_runs(text, monkeypatch):
-    from backends.base import Knob
+    from mlfs.abi import Knob
 
     knob = Knob("read_ahead_kb", "int", 128, 0, 4096)
     monkeypatch.setattr(policy_module, "MAX_DECISION_NODES", 10)

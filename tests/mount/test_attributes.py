@@ -9,6 +9,7 @@ import stat
 
 import pytest
 
+from mlfs.abi import ABI_VERSION
 from tests.conftest import sh, wait_for, write_errno
 
 SUB_ENTRIES = ["control", "dataset", "events", "info", "knobs", "models", "objective"]
@@ -28,12 +29,14 @@ def perm(path) -> tuple[int, int, int, bool]:
 
 def test_root_and_subsystem_entries_have_the_spec_modes_and_owner(shared_mount):
     root, sub = shared_mount.mountpoint, shared_mount.sub
-    assert sorted(os.listdir(root)) == ["events", "metrics", "sim.readahead", "version"]
+    assert sorted(os.listdir(root)) == ["backends", "events", "metrics", "sim.readahead",
+                                        "version"]
     assert sorted(os.listdir(sub)) == SUB_ENTRIES
     assert os.listdir(sub / "knobs") == ["read_ahead_kb"]
     expected = {
         root: (0o755, True), root / "version": (0o444, False),
         root / "events": (0o444, False), root / "metrics": (0o444, False),
+        root / "backends": (0o444, False),
         sub: (0o755, True), sub / "info": (0o444, False), sub / "control": (0o200, False),
         sub / "objective": (0o644, False), sub / "knobs": (0o755, True),
         sub / "knobs/read_ahead_kb": (0o444, False), sub / "events": (0o444, False),
@@ -85,12 +88,21 @@ def test_text_attributes_are_ascii_and_end_in_a_newline(shared_mount, shared_mod
 def test_info_describes_backend_objective_knobs_and_features(shared_mount):
     info = json.loads((shared_mount.sub / "info").read_text())
     assert info["backend"] == "sim"
+    assert info["abi"] == ABI_VERSION  # the interface version; `version` stays one value
+    assert (shared_mount.mountpoint / "version").read_text().count("\n") == 1
     assert info["tick_seconds"] == pytest.approx(0.02)
     assert info["objective"] == {"name": "throughput", "unit": "MB/s", "goal": "max"}
     assert info["knobs"]["read_ahead_kb"] == {"type": "int", "min": 0, "max": 4096,
                                               "default": 128, "unit": "KiB"}
     assert set(info["features"].values()) <= {"int64", "float64"}
     assert "mem_pressure" in info["features"]
+
+
+def test_backends_lists_every_installed_backend_one_line_each(shared_mount):
+    lines = (shared_mount.mountpoint / "backends").read_text().splitlines()
+    names = [line.split(" ", 1)[0] for line in lines]
+    assert {"sim.readahead", "linux.vm", "linux.block"} <= set(names)
+    assert names == sorted(names) and all(len(line.split(" ", 1)) == 2 for line in lines)
 
 
 def test_knob_file_shows_the_value_in_effect(shared_mount, shared_models):
@@ -104,7 +116,7 @@ def test_knob_file_shows_the_value_in_effect(shared_mount, shared_models):
     wait_for(lambda: knob.read_text() == "128\n", what="the default back after stop")
 
 
-READ_ONLY = ["version", "metrics", "events", "sim.readahead/info",
+READ_ONLY = ["version", "metrics", "events", "backends", "sim.readahead/info",
              "sim.readahead/knobs/read_ahead_kb", "sim.readahead/events"]
 MODEL_READ_ONLY = ["state", "mode_switching", "efficiency", "errors"]
 

@@ -133,7 +133,7 @@ def ended(pid: int) -> bool:
 
 def test_traced_device_serves_request_features_and_its_tracer_dies_with_the_daemon(
         mount_root: Path, loop: str) -> None:
-    from backends.blktrace import TRACE_FEATURES, tracer_unavailable
+    from mlfs.backends.blktrace import TRACE_FEATURES, tracer_unavailable
 
     why = tracer_unavailable()
     if why:

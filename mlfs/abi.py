@@ -1,0 +1,325 @@
+"""The backend ABI: what a subsystem implements and the rules everyone shares.
+
+A backend is a Python package that provides subsystems (SPEC §5, §7): the
+proposal's kernel subsystem, a state that can be sampled (features), knobs that
+can be set, a default algorithm (the human-made policy) and an objective
+measured per tick.  The exchange (mlfs.core) drives each subsystem one tick at
+a time and learns nothing about its internals; the trainers (mlfs.trainers)
+read what it publishes.  Three parties therefore have to agree on a few rules,
+and this module is the only place they are defined:
+
+* the interface: `Subsystem`, `Knob`, `Objective`, `Sample` and every member
+  the core reads (`Subsystem.blocking`, `Sample.critical`, the `Sample.extra`
+  keys `EXTRA_APPLIED`, `EXTRA_REFUSED`, `EXTRA_FOREIGN`);
+* the dataset's column names (`column_name`, `knob_column`): a trainer and a
+  policy address knobs by these names;
+* the candidate grid and the tie-break (`candidate_values`,
+  `distance_from_default`): the proxy running an uploaded policy and the
+  trainer choosing a recommendation must pick the same setting from the same
+  predictions, or a policy would not do what its trainer measured;
+* the name pattern (`NAME`) of subsystems and models.
+
+`ABI_VERSION` is shown in each subsystem's `info` as `abi`.  It changes only
+when something here changes incompatibly (a member removed or its meaning
+changed); members added with a default keep the version.  A backend is found
+through the entry-point group `mlfs.backends` (see docs/writing-a-backend.md):
+the entry point names a module with `describe()`, `check(settings)` and
+`factory(settings)`.
+
+Everything here is synchronous, FUSE-free and cheap to import (no pyarrow, no
+LightGBM): a third-party backend and the trainer both import it.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+#: the version of this interface, shown as `abi` in every subsystem's `info`
+ABI_VERSION = 1
+
+#: the entry-point group where backends register (built-ins included)
+ENTRY_POINT_GROUP = "mlfs.backends"
+
+#: names of subsystems and models: file-name safe, no path, at most 64 characters
+NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+#: the same rule as text, for messages
+NAME_RULE = "[a-z0-9][a-z0-9._-]{0,63}"
+
+KnobValue = int | str
+_DECIMAL = re.compile(r"-?[0-9]{1,18}")
+_COLUMN_UNSAFE = re.compile(r"[^A-Za-z0-9_]")
+
+#: `Sample.extra` keys the core reads (all optional)
+#: {knob: value}: what the kernel really has after `step` (recorded as the tick's knob value)
+EXTRA_APPLIED = "applied"
+#: {knob: reason}: a write the kernel refused (reported as a `knob` event)
+EXTRA_REFUSED = "refused"
+#: {knob: reason}: a value changed behind mlfs's back, which the backend no longer touches
+EXTRA_FOREIGN = "foreign"
+
+#: at most this many candidate values per int knob
+MAX_VALUES_PER_KNOB = 64
+#: an int knob without a maximum is searched up to this value
+_UNBOUNDED_MAX = 1 << 20
+
+
+class KnobValueError(ValueError):
+    """A knob value is malformed or outside its range; str(err) is the reason."""
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One tunable setting: an integer range or a choice among words."""
+
+    name: str
+    type: Literal["int", "choice"]
+    default: KnobValue
+    min: int | None = None
+    max: int | None = None
+    choices: tuple[str, ...] = ()
+    unit: str = ""
+
+    def parse(self, text: str) -> KnobValue:
+        """Turn the text of `knob=value` into a value, or raise KnobValueError."""
+        if self.type == "choice":
+            if text not in self.choices:
+                raise KnobValueError(
+                    f"{self.name}: {text!r} is not one of {' '.join(self.choices)}"
+                )
+            return text
+        if not _DECIMAL.fullmatch(text):
+            raise KnobValueError(f"{self.name}: {text!r} is not an integer (plain decimal digits)")
+        value = int(text, 10)
+        if self.min is not None and value < self.min:
+            raise KnobValueError(f"{self.name}: {value} is below the minimum {self.min}")
+        if self.max is not None and value > self.max:
+            raise KnobValueError(f"{self.name}: {value} is above the maximum {self.max}")
+        return value
+
+    def describe(self) -> dict:
+        """The knob as `info` shows it."""
+        out: dict = {"type": self.type, "default": self.default}
+        if self.type == "choice":
+            out["choices"] = list(self.choices)
+        else:
+            out["min"] = self.min
+            out["max"] = self.max
+        if self.unit:
+            out["unit"] = self.unit
+        return out
+
+    @classmethod
+    def from_info(cls, name: str, spec: Mapping[str, Any]) -> Knob:
+        """The knob a subsystem's `info` describes (`describe()`'s inverse).
+
+        A trainer only sees `info`; building the same `Knob` lets it use the
+        same grid and tie-break as the proxy.  A missing default is the
+        minimum (int) or the first choice.
+        """
+        if spec["type"] == "choice":
+            choices = tuple(str(c) for c in spec["choices"])
+            return cls(name, "choice", str(spec.get("default", choices[0] if choices else "")),
+                       choices=choices, unit=str(spec.get("unit", "")))
+        lo = spec.get("min")
+        hi = spec.get("max")
+        default = spec.get("default", lo or 0)
+        return cls(name, "int", int(default), None if lo is None else int(lo),
+                   None if hi is None else int(hi), unit=str(spec.get("unit", "")))
+
+
+@dataclass(frozen=True)
+class Objective:
+    """What a subsystem's ticks are judged by: `name` in `unit`, to maximise or minimise."""
+
+    name: str
+    unit: str
+    goal: Literal["max", "min"] = "max"
+
+
+@dataclass
+class Sample:
+    """What one tick produced.
+
+    `features` must have exactly the keys of `Subsystem.features`; values are
+    numbers (float or int).  `objective` is the tick's measured objective
+    (NaN when it could not be measured; an application writing `objective`
+    overrides it).  `critical` is a reason string when the subsystem is in a
+    critical state (e.g. memory pressure above threshold): the proxy then puts
+    every model into emergency and runs the default algorithm.  `extra` may
+    carry `EXTRA_APPLIED`, `EXTRA_REFUSED` and `EXTRA_FOREIGN` (see their
+    comments); other keys are the backend's own and ignored by the core.
+    """
+
+    features: dict[str, float]
+    objective: float
+    critical: str | None = None
+    extra: dict = field(default_factory=dict)
+
+
+class Subsystem(abc.ABC):
+    """One subsystem served under MOUNT/<name>/.
+
+    The core reads the class attributes below once, when the subsystem is
+    served; they must not change afterwards (they are the dataset's schema).
+    """
+
+    #: matches `NAME`, e.g. "sim.readahead", "linux.vm", "linux.block.sda"
+    name: str
+    #: the backend's entry-point name, e.g. "linux.block"
+    backend: str
+    #: one line for `info` and `mlfs backends`
+    description: str
+    #: wall-clock seconds between ticks when served by a mount
+    tick_seconds: float
+    objective: Objective
+    #: knob name -> Knob, in a stable order (the dataset's column order)
+    knobs: dict[str, Knob]
+    #: feature name -> "float64" | "int64", in a stable order
+    features: dict[str, str]
+    #: True when `step` blocks (sleeps through its measuring window, waits for
+    #: the kernel): the core then runs it in a worker thread, so the mount
+    #: keeps answering.  False (the default) means `step` returns at once and
+    #: is called on the event-loop thread.
+    blocking: ClassVar[bool] = False
+
+    def default_knobs(self, last: Sample | None) -> dict[str, KnobValue]:
+        """The default (human-made) algorithm: knob values for the next tick.
+
+        The stock values unless a backend has a smarter heuristic; `last` is the
+        previous tick's sample (None on the first tick).
+        """
+        return {name: knob.default for name, knob in self.knobs.items()}
+
+    @abc.abstractmethod
+    def step(self, knobs: dict[str, KnobValue]) -> Sample:
+        """Apply `knobs`, let the subsystem run one tick, and sample it.
+
+        Simulated backends advance virtual time by one tick and return at once;
+        real backends apply the knobs, then measure the period since the last
+        call.  Must not raise for ordinary conditions; a knob the kernel refused
+        is reported in `Sample.extra[EXTRA_REFUSED]`.
+        """
+
+    def release(self, knobs: list[str]) -> None:
+        """No model controls `knobs` any more: real backends restore them now.
+
+        The next tick would apply the default algorithm anyway; this makes
+        `stop`/`rmdir` of a model put the original values back at once.
+        """
+        return None
+
+    def close(self) -> None:
+        """Stop: real backends restore every original knob value here.
+
+        Called once, on unmount (and on unload); nothing is called afterwards.
+        """
+        return None  # simulated backends have nothing to restore
+
+
+# ---- rules shared by the core, the trainers and the backends --------------
+
+def column_name(name: str) -> str:
+    """A dataset column name: only [A-Za-z0-9_], other characters become '_'."""
+    return _COLUMN_UNSAFE.sub("_", name)
+
+
+def knob_column(knob: str) -> str:
+    """The dataset column holding a knob's value during the tick."""
+    return "knob_" + column_name(knob)
+
+
+#: the dataset columns the core writes itself (SPEC §2); no feature may take them
+CORE_COLUMNS = ("ts", "tick", "controller", "model", "mode", "objective")
+#: the types a feature may have
+FEATURE_TYPES = ("float64", "int64")
+
+
+def subsystem_problems(subsystem: Subsystem) -> list[str]:
+    """Why the core cannot serve `subsystem` (empty when it can).
+
+    Checked before a subsystem is served: a bad name or two columns with the
+    same name would otherwise surface as an unreadable dataset, not an error.
+    """
+    problems = []
+    name = getattr(subsystem, "name", None)
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        problems.append(f"name {name!r} does not match {NAME_RULE}")
+    columns: dict[str, str] = {c: "the core" for c in CORE_COLUMNS}
+    for knob_name, knob in subsystem.knobs.items():
+        if not isinstance(knob, Knob) or knob.name != knob_name:
+            problems.append(f"knob {knob_name!r} is not a Knob named {knob_name!r}")
+        column = knob_column(knob_name)
+        if column in columns:
+            problems.append(f"knob {knob_name!r}: column {column} is taken by {columns[column]}")
+        columns[column] = f"knob {knob_name!r}"
+    for feature, kind in subsystem.features.items():
+        if kind not in FEATURE_TYPES:
+            problems.append(f"feature {feature!r}: type {kind!r} is not one of "
+                            f"{', '.join(FEATURE_TYPES)}")
+        column = column_name(feature)
+        if column in columns:
+            problems.append(f"feature {feature!r}: column {column} is taken by {columns[column]}")
+        columns[column] = f"feature {feature!r}"
+    if getattr(subsystem.objective, "goal", None) not in ("max", "min"):
+        problems.append("objective goal is neither max nor min")
+    return problems
+
+
+def _as_knob(knob: Knob | Mapping[str, Any]) -> Knob:
+    return knob if isinstance(knob, Knob) else Knob.from_info("", knob)
+
+
+def candidate_values(knob: Knob | Mapping[str, Any]) -> list[KnobValue]:
+    """The values a policy (or a trainer) evaluates for one knob, ascending.
+
+    int knobs: min, max, default and the powers of two in range, thinned evenly
+    to at most `MAX_VALUES_PER_KNOB` (the default always kept); choice knobs:
+    every choice, in `info` order.  `knob` is a Knob or its `info` entry.
+    """
+    knob = _as_knob(knob)
+    if knob.type == "choice":
+        return list(knob.choices)
+    lo = int(knob.min or 0)
+    hi = int(knob.max) if knob.max is not None else _UNBOUNDED_MAX
+    default = int(knob.default)
+    values = {lo, hi, default}
+    power = 1
+    while power <= hi:
+        if power >= lo:
+            values.add(power)
+        power *= 2
+    ordered = sorted(values)
+    if len(ordered) > MAX_VALUES_PER_KNOB:
+        import numpy as np  # only for huge ranges; keeps this module's import cheap
+
+        picks = np.linspace(0, len(ordered) - 1, MAX_VALUES_PER_KNOB).round().astype(int)
+        ordered = sorted({ordered[i] for i in picks} | {default})
+    return ordered
+
+
+def distance_from_default(knob: Knob | Mapping[str, Any], value: KnobValue) -> float:
+    """How far a candidate moves a knob from its default: log2 steps, or 1 for another choice.
+
+    Among candidates with exactly the best prediction, the one with the least
+    total distance wins: a tree model predicts the same for every value beyond
+    the last split it learnt, so "first in the grid wins" would pick the
+    grid's extreme (read_ahead_kb 0) for values it never saw.
+    """
+    knob = _as_knob(knob)
+    if knob.type == "choice":
+        return 0.0 if value == knob.default else 1.0
+    return abs(math.log2(1 + abs(int(value))) - math.log2(1 + abs(int(knob.default))))
+
+
+__all__ = [
+    "ABI_VERSION", "ENTRY_POINT_GROUP", "EXTRA_APPLIED", "EXTRA_FOREIGN", "EXTRA_REFUSED",
+    "Knob", "KnobValue", "KnobValueError", "MAX_VALUES_PER_KNOB", "NAME", "NAME_RULE",
+    "Objective", "Sample", "Subsystem", "candidate_values", "column_name",
+    "distance_from_default", "knob_column", "subsystem_problems", "CORE_COLUMNS",
+    "FEATURE_TYPES",
+]
