@@ -6,7 +6,7 @@
 # See also: https://github.com/scop/bash-completion/blob/main/doc/configuration.md
 
 _shtab_mlfs_config_subparsers=(default check)
-_shtab_mlfs_subparsers=(mount umount restore status report train demo bench config)
+_shtab_mlfs_subparsers=(mount umount restore status report train demo bench config backends)
 
 _shtab_mlfs_mount_option_strings=(-h --help --config --state-dir --foreground)
 _shtab_mlfs_umount_option_strings=(-h --help --timeout)
@@ -19,12 +19,13 @@ _shtab_mlfs_bench_option_strings=(-h --help --quick --json)
 _shtab_mlfs_config_default_option_strings=(-h --help)
 _shtab_mlfs_config_check_option_strings=(-h --help)
 _shtab_mlfs_config_option_strings=(-h --help)
+_shtab_mlfs_backends_option_strings=(-h --help --json)
 _shtab_mlfs_option_strings=(-h --help --version)
 
 
 
 _shtab_mlfs_config_pos_0_choices=(default check)
-_shtab_mlfs_pos_0_choices=(mount umount restore status report train demo bench config)
+_shtab_mlfs_pos_0_choices=(mount umount restore status report train demo bench config backends)
 
 _shtab_mlfs_mount__h_nargs=0
 _shtab_mlfs_mount___help_nargs=0
@@ -56,6 +57,9 @@ _shtab_mlfs_config_check___help_nargs=0
 _shtab_mlfs_config_pos_0_nargs=A...
 _shtab_mlfs_config__h_nargs=0
 _shtab_mlfs_config___help_nargs=0
+_shtab_mlfs_backends__h_nargs=0
+_shtab_mlfs_backends___help_nargs=0
+_shtab_mlfs_backends___json_nargs=0
 _shtab_mlfs_pos_0_nargs=A...
 _shtab_mlfs__h_nargs=0
 _shtab_mlfs___help_nargs=0
