@@ -23,17 +23,30 @@ import trio
 
 from backends.base import KnobValue, Sample, Subsystem
 
-from .clock import now_us
-from .errors import Refused, invalid
+from .clock import now_us, rfc3339
+from .durable import fsync_dir, write_durably
+from .errors import Refused, error_line, invalid
 from .events import EventBus
-from .proxy import Decision, ModelProxy
+from .proxy import ERRORS_KEPT, OPERATOR_PIN, OPERATOR_RELEASE, Decision, ModelProxy
+from .readers import ReaderAccounts
 from .store import Portion, PortionStore
-from .text import MODEL_NAME, column_name, knob_column, one_word, parse_float
+from .text import (
+    MODEL_NAME,
+    column_name,
+    decode_text,
+    escape_input,
+    knob_column,
+    one_word,
+    parse_float,
+)
 
 log = logging.getLogger("mlfs.exchange")
 
 _ARROW_TYPES = {"float64": pa.float64(), "int64": pa.int64(), "string": pa.string()}
 TICK_RESERVE = 1000
+#: in the state directory while the operator's mount-wide emergency pin holds
+EMERGENCY_PIN_FILE = "emergency_pinned"
+ROOT_COMMANDS = "emergency, auto"
 
 
 @dataclass
@@ -268,10 +281,19 @@ class Exchange:
         self.state_dir = Path(state_dir)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.bus = EventBus()
+        self.readers = ReaderAccounts(config.mount)
         self.started = time.time()
         self._generation = 0
         self.recommendations: collections.Counter[str] = collections.Counter()
         self.errors: collections.Counter[tuple[str, str]] = collections.Counter()
+        #: the root `errors` file: the last refused root `control` commands
+        self.root_errors: collections.deque[str] = collections.deque(maxlen=ERRORS_KEPT)
+        #: the operator's mount-wide emergency pin (`echo emergency > MOUNT/control`);
+        #: read before any model exists, so every model starts under it
+        self.emergency_pinned = (self.state_dir / EMERGENCY_PIN_FILE).exists()
+        if self.emergency_pinned:
+            log.warning("the operator's emergency pin holds (%s): every model stays in "
+                        "emergency until `echo auto > MOUNT/control`", EMERGENCY_PIN_FILE)
         self.runtimes: dict[str, SubsystemRuntime] = {}
         for sub in subsystems:
             self.runtimes[sub.name] = SubsystemRuntime(self, sub)
@@ -375,6 +397,81 @@ class Exchange:
                               "(start, stop, prepare_dataset, discard_dataset)")
         except Refused as exc:
             raise proxy.refuse("control", data, exc) from None
+
+    # ---- the root control file: the operator's switches -------------------------
+    def root_control(self, data: bytes) -> None:
+        """`MOUNT/control`: `emergency` pins every model, `auto` releases them.
+
+        A refused command changes nothing and leaves a line in the root
+        `errors`, a counter and a log line, as a model's refusals do.
+        """
+        try:
+            words = decode_text(data).split()
+            if words and words[0] in ("load", "unload"):
+                raise invalid(f"{words[0]}: load/unload not supported yet")
+            if len(words) != 1 or words[0] not in ("emergency", "auto"):
+                shown = " ".join(words) or "(nothing)"
+                raise invalid(f"unknown command {shown[:64]!r} ({ROOT_COMMANDS})")
+            if words[0] == "emergency":
+                self.pin_emergency()
+            else:
+                self.release_emergency()
+        except Refused as exc:
+            shown = escape_input(data)
+            self.root_errors.append(error_line("control", exc.reason, shown))
+            self.count_error("", "control")
+            log.warning("control refused (%s): %s", exc.reason, shown)
+            raise
+
+    def pin_emergency(self) -> None:
+        """Every model of every subsystem to emergency, now and until released.
+
+        Recorded durably first: an operator who pulled the switch does not
+        expect a crash or a restart to release it.  If it cannot be recorded
+        (disk full, I/O error) the pin still holds in memory, safety first,
+        and the writer gets the errno with a reason saying so.
+        """
+        if self.emergency_pinned:
+            return
+        failure = None
+        try:
+            write_durably(self.state_dir / EMERGENCY_PIN_FILE,
+                          f"pinned by the operator at {rfc3339()}\n".encode())
+        except OSError as exc:
+            failure = exc
+            log.error("emergency pin not recorded on disk: %s", exc)
+        self.emergency_pinned = True
+        log.warning("every model pinned to emergency by the operator (MOUNT/control)")
+        self.bus.publish(None, "emergency", model=None, pinned=True, why=OPERATOR_PIN)
+        for proxy in self.all_models():
+            proxy.pin_by_operator()
+        if failure is not None:
+            raise Refused(failure.errno or errno.EIO,
+                          f"pinned, but not recorded on disk ({failure.strerror}): "
+                          "a restart would release it")
+
+    def release_emergency(self) -> None:
+        """Every model back to its own pin or to automatic switching."""
+        if not self.emergency_pinned:
+            return
+        try:
+            (self.state_dir / EMERGENCY_PIN_FILE).unlink(missing_ok=True)
+            fsync_dir(self.state_dir)
+        except OSError as exc:
+            raise Refused(exc.errno or errno.EIO,
+                          f"still pinned: its record could not be removed ({exc.strerror})"
+                          ) from None
+        self.emergency_pinned = False
+        log.warning("the operator released the emergency pin (MOUNT/control)")
+        self.bus.publish(None, "emergency", model=None, pinned=False, why=OPERATOR_RELEASE)
+        for proxy in self.all_models():
+            proxy.release_by_operator()
+
+    def all_models(self) -> list[ModelProxy]:
+        return [proxy for runtime in self.runtimes.values() for proxy in runtime.models.values()]
+
+    def root_errors_text(self) -> str:
+        return "".join(line + "\n" for line in self.root_errors)
 
     # ---- the loops --------------------------------------------------------------
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:

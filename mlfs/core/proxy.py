@@ -25,7 +25,7 @@ from backends.base import KnobValue
 
 from .clock import now_us, rfc3339
 from .efficiency import EfficiencyWindow
-from .errors import Refused, busy, invalid
+from .errors import Refused, busy, error_line, invalid
 from .policy import MAX_POLICY_BYTES, Policy
 from .store import PortionStore
 from .text import decode_text, escape_input, knob_column, one_word, parse_recommendations
@@ -38,6 +38,9 @@ log = logging.getLogger("mlfs.proxy")
 STATES = ("initialized", "started", "running", "stopped")
 MODES = ("emergency", "learning", "collaboration", "recommendation")
 ERRORS_KEPT = 100
+#: the `why` of mode and emergency events of the operator's mount-wide switch
+OPERATOR_PIN = "pinned by the operator via MOUNT/control"
+OPERATOR_RELEASE = "released by the operator via MOUNT/control"
 
 
 @dataclass
@@ -136,6 +139,9 @@ class ModelProxy:
         self.mode_history: collections.deque[tuple[str, str, str]] = collections.deque(maxlen=50)
         self._journal_seq = (self.journal.last_key or 0)
         self._load()
+        if runtime.exchange.emergency_pinned:  # created (or reloaded) under the pin
+            self.mode, self.emergency_cause = "emergency", "operator"
+            self.mode_history.append((rfc3339(), "emergency", OPERATOR_PIN))
 
     # ---- persistence ------------------------------------------------------
     def _settings_path(self) -> Path:
@@ -181,7 +187,7 @@ class ModelProxy:
 
     @property
     def mode_switching(self) -> str:
-        return "pinned" if self.pinned else "auto"
+        return "pinned" if self.pinned or self.emergency_cause == "operator" else "auto"
 
     @property
     def active(self) -> bool:
@@ -201,7 +207,7 @@ class ModelProxy:
     def refuse(self, file: str, data: bytes, exc: Refused) -> Refused:
         """Record a refused input everywhere it must show, and return it to raise."""
         shown = escape_input(data)
-        self.errors.append(f"{rfc3339()} {file} {exc.reason}: {shown}")
+        self.errors.append(error_line(file, exc.reason, shown))
         self.runtime.exchange.count_error(self.runtime.name, file)
         log.warning("%s/%s: %s refused (%s): %s", self.runtime.name, self.name, file,
                     exc.reason, shown)
@@ -280,8 +286,21 @@ class ModelProxy:
             return
         self.pinned = word
         self._save()
-        if self.emergency_cause != "critical":
+        if self.emergency_cause not in ("critical", "operator"):  # kept for the release
             self._switch(word, "pinned by a write to mode")
+
+    def pin_by_operator(self) -> None:
+        """The operator's mount-wide switch: emergency until `release_by_operator`."""
+        self._switch("emergency", OPERATOR_PIN, cause="operator")
+
+    def release_by_operator(self) -> None:
+        """Back to the model's own pin or to automatic switching (critical: stays)."""
+        if self.emergency_cause != "operator":
+            return
+        if self.runtime.critical:
+            self.emergency_cause, self._calm_ticks = "critical", 0
+            return
+        self._switch(self.pinned or "learning", OPERATOR_RELEASE)
 
     def _switch(self, new: str, why: str, cause: str | None = None) -> None:
         old = self.mode
@@ -325,11 +344,12 @@ class ModelProxy:
                                           set(self.controlled))
             if not self.active:
                 raise invalid(f"model is {self.state}, not started")
-            if self.mode == "emergency" and (self.emergency_cause == "critical"
+            if self.mode == "emergency" and (self.emergency_cause in ("critical", "operator")
                                              or self.pinned == "emergency"):
-                raise busy("model is in emergency"
-                           + (" (critical state)" if self.emergency_cause == "critical"
-                              else " (pinned)"))
+                raise busy("model is in emergency" + {
+                    "critical": " (critical state)",
+                    "operator": " (pinned by the operator via MOUNT/control)",
+                }.get(self.emergency_cause, " (pinned)"))
         except Refused as exc:
             raise self.refuse("recommend", data, exc) from None
         ids = []
@@ -470,6 +490,8 @@ class ModelProxy:
 
     def update_mode(self, critical: str | None) -> None:
         config = self.config
+        if self.emergency_cause == "operator":  # only the operator releases it
+            return
         if critical:
             self._calm_ticks = 0
             if self.mode != "emergency" or self.emergency_cause != "critical":
