@@ -273,6 +273,11 @@ class SubsystemRuntime:
         self.subsystem.close()
 
 
+def _remove_durably(path: Path) -> None:
+    path.unlink(missing_ok=True)
+    fsync_dir(path.parent)
+
+
 class Exchange:
     """All subsystems of one mount, the event bus and the counters."""
 
@@ -291,6 +296,7 @@ class Exchange:
         #: the operator's mount-wide emergency pin (`echo emergency > MOUNT/control`);
         #: read before any model exists, so every model starts under it
         self.emergency_pinned = (self.state_dir / EMERGENCY_PIN_FILE).exists()
+        self._control_lock = trio.Lock()
         if self.emergency_pinned:
             log.warning("the operator's emergency pin holds (%s): every model stays in "
                         "emergency until `echo auto > MOUNT/control`", EMERGENCY_PIN_FILE)
@@ -399,11 +405,12 @@ class Exchange:
             raise proxy.refuse("control", data, exc) from None
 
     # ---- the root control file: the operator's switches -------------------------
-    def root_control(self, data: bytes) -> None:
+    async def root_control(self, data: bytes) -> None:
         """`MOUNT/control`: `emergency` pins every model, `auto` releases them.
 
         A refused command changes nothing and leaves a line in the root
-        `errors`, a counter and a log line, as a model's refusals do.
+        `errors`, a counter and a log line, as a model's refusals do.  One
+        command at a time: the record on disk follows the order of the writes.
         """
         try:
             words = decode_text(data).split()
@@ -412,10 +419,11 @@ class Exchange:
             if len(words) != 1 or words[0] not in ("emergency", "auto"):
                 shown = " ".join(words) or "(nothing)"
                 raise invalid(f"unknown command {shown[:64]!r} ({ROOT_COMMANDS})")
-            if words[0] == "emergency":
-                self.pin_emergency()
-            else:
-                self.release_emergency()
+            async with self._control_lock:
+                if words[0] == "emergency":
+                    await self.pin_emergency()
+                else:
+                    await self.release_emergency()
         except Refused as exc:
             shown = escape_input(data)
             self.root_errors.append(error_line("control", exc.reason, shown))
@@ -423,40 +431,42 @@ class Exchange:
             log.warning("control refused (%s): %s", exc.reason, shown)
             raise
 
-    def pin_emergency(self) -> None:
+    async def pin_emergency(self) -> None:
         """Every model of every subsystem to emergency, now and until released.
 
-        Recorded durably first: an operator who pulled the switch does not
-        expect a crash or a restart to release it.  If it cannot be recorded
-        (disk full, I/O error) the pin still holds in memory, safety first,
-        and the writer gets the errno with a reason saying so.
+        The models switch first, then the pin is recorded durably (in a worker
+        thread: a slow disk delays this writer only): an operator who pulled
+        the switch does not expect a crash or a restart to release it.  If it
+        cannot be recorded (disk full, I/O error) the pin still holds in
+        memory, safety first, and the writer gets the errno and a reason.
         """
         if self.emergency_pinned:
             return
-        failure = None
-        try:
-            write_durably(self.state_dir / EMERGENCY_PIN_FILE,
-                          f"pinned by the operator at {rfc3339()}\n".encode())
-        except OSError as exc:
-            failure = exc
-            log.error("emergency pin not recorded on disk: %s", exc)
         self.emergency_pinned = True
         log.warning("every model pinned to emergency by the operator (MOUNT/control)")
         self.bus.publish(None, "emergency", model=None, pinned=True, why=OPERATOR_PIN)
         for proxy in self.all_models():
             proxy.pin_by_operator()
-        if failure is not None:
-            raise Refused(failure.errno or errno.EIO,
-                          f"pinned, but not recorded on disk ({failure.strerror}): "
-                          "a restart would release it")
+        record = f"pinned by the operator at {rfc3339()}\n".encode()
+        try:
+            await trio.to_thread.run_sync(write_durably, self.state_dir / EMERGENCY_PIN_FILE,
+                                          record)
+        except OSError as exc:
+            log.error("emergency pin not recorded on disk: %s", exc)
+            raise Refused(exc.errno or errno.EIO,
+                          f"pinned, but not recorded on disk ({exc.strerror}): "
+                          "a restart would release it") from None
 
-    def release_emergency(self) -> None:
-        """Every model back to its own pin or to automatic switching."""
+    async def release_emergency(self) -> None:
+        """Every model back to its own pin or to automatic switching.
+
+        The record goes first: if it cannot be removed, nothing is released
+        (a restart would pin again) and the writer gets the errno.
+        """
         if not self.emergency_pinned:
             return
         try:
-            (self.state_dir / EMERGENCY_PIN_FILE).unlink(missing_ok=True)
-            fsync_dir(self.state_dir)
+            await trio.to_thread.run_sync(_remove_durably, self.state_dir / EMERGENCY_PIN_FILE)
         except OSError as exc:
             raise Refused(exc.errno or errno.EIO,
                           f"still pinned: its record could not be removed ({exc.strerror})"

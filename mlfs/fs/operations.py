@@ -188,7 +188,7 @@ class Operations(pyfuse3.Operations):
 
     async def root_control(self, data: bytes) -> None:
         """MOUNT/control; the exchange records a refusal in the root `errors`."""
-        self.exchange.root_control(data)
+        await self.exchange.root_control(data)
 
     async def model_control(self, proxy: ModelProxy, data: bytes) -> None:
         await self.exchange.model_control(proxy, data)
