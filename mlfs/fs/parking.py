@@ -14,11 +14,19 @@ round over the distinct openers of all parked reads every
 most `WATCH_SHARE` of the trio thread: a signal still ends a parked reader in
 about 0.1 s while few are parked, and within `spent / WATCH_SHARE` when many
 are.  The watcher runs only while something is parked.
+
+An event wakes root's parked reads at once and the others `WAKE_BATCH` at a
+time, with a checkpoint between batches.  Each woken read is a reply and,
+from a `cat`, a new read request right behind it in the kernel's queue; with
+all 256 woken at once, root's `cat version` waited behind 512 requests (p50
+168 ms in the benchmark); paced, it waits behind one batch's.
 """
 
 from __future__ import annotations
 
+import collections
 import errno
+import functools
 import logging
 import os
 import time
@@ -27,7 +35,7 @@ import trio
 
 from ..core.errors import Refused
 from ..core.events import Subscriber
-from ..core.readers import ReaderAccounts
+from ..core.readers import ROOT_UID, ReaderAccounts
 
 log = logging.getLogger("mlfs.fs")
 
@@ -36,6 +44,8 @@ SIGNAL_CHECK_SECONDS = 0.1
 WATCH_SHARE = 0.05
 #: openers looked at between two checkpoints (other requests run in between)
 WATCH_BATCH = 32
+#: parked reads of users other than root woken at once when an event comes
+WAKE_BATCH = 16
 
 
 def _hex_field(status: bytes, name: bytes) -> int:
@@ -81,12 +91,13 @@ def opener_interrupted(pid: int) -> bool:
 
 
 class _Wait:
-    __slots__ = ("pid", "event", "interrupted")
+    __slots__ = ("pid", "event", "interrupted", "wake_later")
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self.event = trio.Event()
         self.interrupted = False
+        self.wake_later = None  # set by Parking: queue this wait for the pacer
 
     def wake(self, interrupted: bool = False) -> None:
         self.interrupted = self.interrupted or interrupted
@@ -100,6 +111,8 @@ class Parking:
         self.accounts = accounts
         self._waits: set[_Wait] = set()
         self._watching = False
+        self._to_wake: collections.deque[_Wait] = collections.deque()
+        self._pacing = False
         self.stopping = False
         #: the watcher's current round interval (seconds), for tests and metrics
         self.interval = SIGNAL_CHECK_SECONDS
@@ -116,6 +129,7 @@ class Parking:
         """
         self.accounts.start_wait(uid)
         wait = _Wait(pid)
+        wait.wake_later = functools.partial(self._wake_later, wait)
         self._waits.add(wait)
         self._watch()
         try:
@@ -123,7 +137,7 @@ class Parking:
                 if wait.interrupted:
                     raise Refused(errno.EINTR, "the opener was signalled")
                 wait.event = trio.Event()
-                waker = wait.event.set
+                waker = wait.event.set if uid == ROOT_UID else wait.wake_later
                 sub.wait_with(waker)
                 try:
                     await wait.event.wait()
@@ -136,8 +150,27 @@ class Parking:
     def stop(self) -> None:
         """Shutdown: every parked read returns (and answers end of file)."""
         self.stopping = True
+        self._to_wake.clear()
         for wait in list(self._waits):
             wait.wake()
+
+    def _wake_later(self, wait: _Wait) -> None:
+        self._to_wake.append(wait)
+        if not self._pacing:
+            self._pacing = True
+            trio.lowlevel.spawn_system_task(self._pacer, name="mlfs events pacer")
+
+    async def _pacer(self) -> None:
+        """Wake queued reads `WAKE_BATCH` at a time; requests in between get a turn."""
+        try:
+            while self._to_wake:
+                for _ in range(min(WAKE_BATCH, len(self._to_wake))):
+                    self._to_wake.popleft().wake()
+                await trio.lowlevel.checkpoint()
+        except Exception:
+            log.exception("the events pacer failed; it restarts with the next event")
+        finally:
+            self._pacing = False
 
     def _watch(self) -> None:
         if not self._watching:
