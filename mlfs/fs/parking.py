@@ -3,8 +3,9 @@
 pyfuse3 does not handle FUSE_INTERRUPT: a read blocked in the daemon cannot be
 killed until its handler returns.  So a parked read answers EINTR when the
 process that opened the file has a pending signal it does not block, or has
-exited, which `opener_interrupted` reads from /proc/<pid>/status (FUSE-NOTES:
-the event stream; a fixed read timeout broke sed, mawk and busybox).
+exited, which `opener_interrupted` reads from /proc/<pid>/status.  (Answering
+EINTR after a fixed time instead was tried: sed, mawk and busybox `head`
+report that as a read error, where on a pipe they would just wait.)
 
 Before, every parked read looked at its opener itself every 0.1 s: with 512
 parked `cat`s that was 5,120 /proc reads a second, and the daemon burned
@@ -15,11 +16,15 @@ most `WATCH_SHARE` of the trio thread: a signal still ends a parked reader in
 about 0.1 s while few are parked, and within `spent / WATCH_SHARE` when many
 are.  The watcher runs only while something is parked.
 
-An event wakes root's parked reads at once and the others `WAKE_BATCH` at a
-time, with a checkpoint between batches.  Each woken read is a reply and,
-from a `cat`, a new read request right behind it in the kernel's queue; with
-all 256 woken at once, root's `cat version` waited behind 512 requests (p50
-168 ms in the benchmark); paced, it waits behind one batch's.
+An event wakes root's parked reads at once; the others wait `WAKE_DELAY`
+(events in between reach them in one read) and are then woken `WAKE_BATCH`
+at a time, with a checkpoint between batches.  Each woken read is a reply
+and, from a `cat`, a new read request right behind it in the kernel's queue:
+woken all at once, 256 parked readers put root's `cat version` behind ~512
+requests after each of root's own `recommend` writes (p50 168 ms with root
+writing continuously, tests/bench/parked_readers.py on the loaded 2-core test
+machine); paced, 117 ms; delayed and paced, 0.8 ms.  The p99 stays at a few
+hundred ms there: a request that arrives during a burst still waits for it.
 """
 
 from __future__ import annotations
@@ -46,6 +51,8 @@ WATCH_SHARE = 0.05
 WATCH_BATCH = 32
 #: parked reads of users other than root woken at once when an event comes
 WAKE_BATCH = 16
+#: how long an event waits before the first batch: events in between are coalesced
+WAKE_DELAY = 0.02
 
 
 def _hex_field(status: bytes, name: bytes) -> int:
@@ -163,6 +170,7 @@ class Parking:
     async def _pacer(self) -> None:
         """Wake queued reads `WAKE_BATCH` at a time; requests in between get a turn."""
         try:
+            await trio.sleep(WAKE_DELAY)  # root's requests of the moment go first
             while self._to_wake:
                 for _ in range(min(WAKE_BATCH, len(self._to_wake))):
                     self._to_wake.popleft().wake()

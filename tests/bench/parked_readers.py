@@ -283,7 +283,10 @@ def streams_phase(root: Path, args, result: dict) -> None:
         }
     finally:
         for fd in fds:
-            os.close(fd)
+            try:
+                os.close(fd)
+            except OSError:
+                pass  # closed before an interruption
         mount.kill(signal.SIGTERM)
 
 
