@@ -12,8 +12,9 @@ with the default sealing), then, in one run:
    over `--uids` uids (`nobody` and numeric uids through setpriv): as many as
    the limits let park block in read(2), the rest are refused (EMFILE at open
    or EAGAIN at read) and exit; the daemon's CPU share while they are parked
-   and nothing is published (what parking costs), then the same round trips
-   again (each recommendation's events wake every parked reader);
+   and nothing is published (what parking costs), root's `version` reads
+   then, and the same round trips again (each recommendation's events wake
+   every parked reader);
 3. `mlfs umount` with them parked: how long it takes;
 4. on a new mount: the daemon's RSS and root's `recommend` p50 before, with
    `--streams` opened-but-unread `events` files (opened by root, who is not
@@ -214,6 +215,18 @@ def parked_phase(root: Path, args, result: dict) -> None:
         }
         print(f"  {parked} of {args.readers} readers parked", file=sys.stderr)
         parked_cpu = round(cpu_share(mount.pid, 5.0), 1)  # no event meanwhile
+        quiet = []  # root reads version while nothing wakes the parked readers
+        for _ in range(args.samples):
+            watchdog.arm()
+            start = time.perf_counter()
+            fd = os.open(mount.mountpoint / "version", os.O_RDONLY)
+            os.read(fd, 4096)
+            os.close(fd)
+            quiet.append((time.perf_counter() - start) * 1000)
+            watchdog.disarm()
+            if watchdog.fired:
+                break
+        result["parked_no_events_version"] = _summary(quiet)
         result["parked"] = round_trips(mount, model, args.samples, watchdog)
         result["parked"]["daemon_cpu_percent"] = parked_cpu
         result["parked"]["daemon_rss_mb"] = round(_rss_mb(mount.pid), 1)
@@ -300,6 +313,10 @@ def markdown(result: dict) -> str:
         ("root `recommend` write, p50 / p99 ms", f"{idle['recommend']['p50_ms']} / "
          f"{idle['recommend']['p99_ms']}", f"{parked['recommend']['p50_ms']} / "
          f"{parked['recommend']['p99_ms']} (max {parked['recommend']['max_ms']})"),
+        ("root `version` read, no event meanwhile, p50 / p99 ms",
+         f"{idle['version']['p50_ms']} / {idle['version']['p99_ms']}",
+         f"{result['parked_no_events_version']['p50_ms']} / "
+         f"{result['parked_no_events_version']['p99_ms']}"),
         ("daemon CPU, % of one core", str(idle["daemon_cpu_percent"]),
          str(parked["daemon_cpu_percent"])),
     ]
