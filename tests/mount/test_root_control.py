@@ -6,10 +6,21 @@ import errno
 import shutil
 import signal
 import stat
+import subprocess
 
 import pytest
 
-from tests.conftest import FAST_CONFIG, EventStream, Mount, new_model, sh, wait_for, write_errno
+from tests.conftest import (
+    FAST_CONFIG,
+    REPO,
+    EventStream,
+    Mount,
+    mlfs_command,
+    new_model,
+    sh,
+    wait_for,
+    write_errno,
+)
 
 TWO_SUBSYSTEMS = FAST_CONFIG.replace('name = "sim.readahead"', 'name = "sim.a"') + """
 [[subsystem]]
@@ -174,6 +185,9 @@ def test_the_pin_survives_a_crash_and_a_remount_until_released(mount_root):
         assert pinned_metric(m) == 1
         assert {read(path / "mode") for path in made.values()} == {"emergency"}
         assert write_errno(made["b1"] / "recommend", b"read_ahead_kb=64\n") == errno.EBUSY
+        status = subprocess.run(mlfs_command("status", str(m.mountpoint)), cwd=REPO,
+                                capture_output=True, text=True, timeout=60)
+        assert "EMERGENCY: every model pinned by the operator" in status.stdout, status.stderr
         m.umount()  # a clean stop and a new mount: still pinned
         m.start()
         assert pinned_metric(m) == 1
