@@ -257,8 +257,7 @@ class Tree:
         self.root.add(EventsFile(self, "events", self.root, None))
         self.root.add(Attr(self, "metrics", self.root, read=metrics))
         # the operator's switches (SPEC 7): write-only 0200 (0220 with a group)
-        self.root.add(Attr(self, "control", self.root,
-                           write=lambda d: actions.root_control(d)))
+        self.root.add(Attr(self, "control", self.root, write=actions.root_control))
         self.root.add(Attr(self, "errors", self.root, read=exchange.root_errors_text))
         for runtime in exchange.runtimes.values():
             self.root.add(SubsystemDir(self, self.root, runtime))
