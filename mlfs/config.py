@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, fields
 from importlib import resources
 from pathlib import Path
 
+from .core.readers import FREE_TASKS
 from .core.store import StorePolicy
 
 
@@ -69,11 +70,32 @@ class MountConfig:
     group: str = ""
     allow_other: bool = True
     max_tasks: int = 512
+    # events files, for every uid but root (core/readers.py says why and what
+    # is refused with which errno): open at once per uid and for all of them,
+    # reads waiting for an event per uid and for all of them
+    events_streams_per_uid: int = 128
+    events_streams: int = 4096
+    events_blocked_reads_per_uid: int = 64
+    events_blocked_reads: int = 256
     # Prometheus text at http://<metrics_address>:<metrics_port>/metrics (0 = off)
     metrics_port: int = 0
     metrics_address: str = "127.0.0.1"
     # models of all subsystems together; mkdir beyond it gets ENOSPC
     max_models: int = 4096
+
+    def __post_init__(self) -> None:
+        if not 4 * FREE_TASKS <= self.max_tasks <= 100_000:
+            raise ValueError(f"mount.max_tasks: {self.max_tasks} is not {4 * FREE_TASKS}..100000")
+        if not 1 <= self.events_streams_per_uid <= self.events_streams <= 1_000_000:
+            raise ValueError("mount.events_streams_per_uid, events_streams: need 1 <= "
+                             f"{self.events_streams_per_uid} <= {self.events_streams} "
+                             "<= 1000000")
+        if not 0 <= self.events_blocked_reads_per_uid <= self.events_blocked_reads \
+                <= self.max_tasks - 2 * FREE_TASKS:
+            raise ValueError("mount.events_blocked_reads_per_uid, events_blocked_reads: "
+                             f"need 0 <= {self.events_blocked_reads_per_uid} <= "
+                             f"{self.events_blocked_reads} <= max_tasks - {2 * FREE_TASKS} "
+                             f"({self.max_tasks - 2 * FREE_TASKS}): the rest is root's")
 
 
 @dataclass(frozen=True)

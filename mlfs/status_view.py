@@ -41,6 +41,8 @@ ERRORS_SHOWN = 3
 HISTORY_SHOWN = 6
 
 _METRIC = re.compile(r'^(mlfs_tick|mlfs_critical)\{subsystem="((?:[^"\\]|\\.)*)"\} (\S+)$')
+#: unlabelled gauges of the whole mount, filed under subsystem ""
+_MOUNT_METRIC = re.compile(r"^(mlfs_mount_emergency_pinned) (\S+)$")
 
 
 # ---- reading the mount -----------------------------------------------------------------------
@@ -175,6 +177,10 @@ def _metrics(mountpoint: Path) -> dict[str, dict[str, float]]:
         if match:
             with contextlib.suppress(ValueError):
                 out.setdefault(match.group(2), {})[match.group(1)] = float(match.group(3))
+        match = _MOUNT_METRIC.match(line)
+        if match:
+            with contextlib.suppress(ValueError):
+                out.setdefault("", {})[match.group(1)] = float(match.group(2))
     return out
 
 
@@ -192,6 +198,9 @@ def collect(mountpoint: Path) -> dict:
         raise NotMounted(mountpoint)
     status["time"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     gauges = _metrics(mountpoint)
+    status["emergency_pinned"] = bool(gauges.get("", {}).get("mlfs_mount_emergency_pinned"))
+    errors = [line for line in _read(mountpoint / "errors").splitlines() if line]
+    status["control_errors_tail"] = errors[-ERRORS_SHOWN:]
     for name, entry in status["subsystems"].items():
         sub = mountpoint / name
         try:
@@ -334,6 +343,12 @@ def render(status: dict, color: bool = False, width: int | None = None) -> str:
     width = width or shutil.get_terminal_size((100, 40)).columns
     out = [paint(f"{status['version']} at {status['mountpoint']}", "bold")
            + f"   {_local_time(status.get('time', ''))}"]
+    if status.get("emergency_pinned"):
+        out.append(paint("EMERGENCY: every model pinned by the operator "
+                         "(`echo auto > MOUNT/control` releases them)", "emergency"))
+    for error in status.get("control_errors_tail", []):
+        stamp, _, rest = error.partition(" ")
+        out.append(_clip(paint("error", "bad") + f"   {_local_time(stamp)} {rest}", width))
     if not status["subsystems"]:
         out.append("\nno subsystems")
     for name, sub in status["subsystems"].items():

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import errno as _errno
 
+from .clock import rfc3339
+
 
 class Refused(Exception):
     """An input that was checked and refused; nothing was changed."""
@@ -24,3 +26,8 @@ def invalid(reason: str) -> Refused:
 
 def busy(reason: str) -> Refused:
     return Refused(_errno.EBUSY, reason)
+
+
+def error_line(file: str, reason: str, shown: str) -> str:
+    """One line of an `errors` file: `<RFC 3339 time> <file> <reason>: <escaped input>`."""
+    return f"{rfc3339()} {file} {reason}: {shown}"

@@ -34,14 +34,15 @@ from mlfs.abi import (
     knob_column,
 )
 
-from .clock import now_us
-from .durable import fsync_dir, set_aside
-from .errors import Refused, invalid
+from .clock import now_us, rfc3339
+from .durable import fsync_dir, set_aside, write_durably
+from .errors import Refused, error_line, invalid
 from .events import EventBus
-from .proxy import Decision, ModelProxy
+from .proxy import ERRORS_KEPT, OPERATOR_PIN, OPERATOR_RELEASE, Decision, ModelProxy
+from .readers import ReaderAccounts
 from .statedir import read_word, subsystem_dir
 from .store import Portion, PortionStore, StoreWatch, errno_name
-from .text import escape_input, one_word, parse_float
+from .text import decode_text, escape_input, one_word, parse_float
 
 log = logging.getLogger("mlfs.exchange")
 
@@ -50,6 +51,9 @@ TICK_RESERVE = 1000
 #: a model directory under construction (mkdir): never loaded, removed at start-up
 _NEW_PREFIX = ".new-"
 MODEL_SETTINGS = "model.json"
+#: in the state directory while the operator's mount-wide emergency pin holds
+EMERGENCY_PIN_FILE = "emergency_pinned"
+ROOT_COMMANDS = "emergency, auto"
 
 
 @dataclass
@@ -356,6 +360,11 @@ class SubsystemRuntime:
         self.subsystem.close()
 
 
+def _remove_durably(path: Path) -> None:
+    path.unlink(missing_ok=True)
+    fsync_dir(path.parent)
+
+
 class Exchange:
     """All subsystems of one mount, the event bus and the counters."""
 
@@ -364,10 +373,20 @@ class Exchange:
         self.state_dir = Path(state_dir)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.bus = EventBus()
+        self.readers = ReaderAccounts(config.mount)
         self.started = time.time()
         self._generation = 0
         self.recommendations: collections.Counter[str] = collections.Counter()
         self.errors: collections.Counter[tuple[str, str]] = collections.Counter()
+        #: the root `errors` file: the last refused root `control` commands
+        self.root_errors: collections.deque[str] = collections.deque(maxlen=ERRORS_KEPT)
+        #: the operator's mount-wide emergency pin (`echo emergency > MOUNT/control`);
+        #: read before any model exists, so every model starts under it
+        self.emergency_pinned = (self.state_dir / EMERGENCY_PIN_FILE).exists()
+        self._control_lock = trio.Lock()
+        if self.emergency_pinned:
+            log.warning("the operator's emergency pin holds (%s): every model stays in "
+                        "emergency until `echo auto > MOUNT/control`", EMERGENCY_PIN_FILE)
         self.runtimes: dict[str, SubsystemRuntime] = {}
         for sub in subsystems:
             self.runtimes[sub.name] = SubsystemRuntime(self, sub)
@@ -487,6 +506,85 @@ class Exchange:
                               "(start, stop, prepare_dataset, discard_dataset)")
         except Refused as exc:
             raise proxy.refuse("control", data, exc) from None
+
+    # ---- the root control file: the operator's switches -------------------------
+    async def root_control(self, data: bytes) -> None:
+        """`MOUNT/control`: `emergency` pins every model, `auto` releases them.
+
+        A refused command changes nothing and leaves a line in the root
+        `errors`, a counter and a log line, as a model's refusals do.  One
+        command at a time: the record on disk follows the order of the writes.
+        """
+        try:
+            words = decode_text(data).split()
+            if words and words[0] in ("load", "unload"):
+                raise invalid(f"{words[0]}: load/unload not supported yet")
+            if len(words) != 1 or words[0] not in ("emergency", "auto"):
+                shown = " ".join(words) or "(nothing)"
+                raise invalid(f"unknown command {shown[:64]!r} ({ROOT_COMMANDS})")
+            async with self._control_lock:
+                if words[0] == "emergency":
+                    await self.pin_emergency()
+                else:
+                    await self.release_emergency()
+        except Refused as exc:
+            shown = escape_input(data)
+            self.root_errors.append(error_line("control", exc.reason, shown))
+            self.count_error("", "control")
+            log.warning("control refused (%s): %s", exc.reason, shown)
+            raise
+
+    async def pin_emergency(self) -> None:
+        """Every model of every subsystem to emergency, now and until released.
+
+        The models switch first, then the pin is recorded durably (in a worker
+        thread: a slow disk delays this writer only): an operator who pulled
+        the switch does not expect a crash or a restart to release it.  If it
+        cannot be recorded (disk full, I/O error) the pin still holds in
+        memory, safety first, and the writer gets the errno and a reason.
+        """
+        if self.emergency_pinned:
+            return
+        self.emergency_pinned = True
+        log.warning("every model pinned to emergency by the operator (MOUNT/control)")
+        self.bus.publish(None, "emergency", model=None, pinned=True, why=OPERATOR_PIN)
+        for proxy in self.all_models():
+            proxy.pin_by_operator()
+        record = f"pinned by the operator at {rfc3339()}\n".encode()
+        try:
+            await trio.to_thread.run_sync(write_durably, self.state_dir / EMERGENCY_PIN_FILE,
+                                          record)
+        except OSError as exc:
+            log.error("emergency pin not recorded on disk: %s", exc)
+            raise Refused(exc.errno or errno.EIO,
+                          f"pinned, but not recorded on disk ({exc.strerror}): "
+                          "a restart would release it") from None
+
+    async def release_emergency(self) -> None:
+        """Every model back to its own pin or to automatic switching.
+
+        The record goes first: if it cannot be removed, nothing is released
+        (a restart would pin again) and the writer gets the errno.
+        """
+        if not self.emergency_pinned:
+            return
+        try:
+            await trio.to_thread.run_sync(_remove_durably, self.state_dir / EMERGENCY_PIN_FILE)
+        except OSError as exc:
+            raise Refused(exc.errno or errno.EIO,
+                          f"still pinned: its record could not be removed ({exc.strerror})"
+                          ) from None
+        self.emergency_pinned = False
+        log.warning("the operator released the emergency pin (MOUNT/control)")
+        self.bus.publish(None, "emergency", model=None, pinned=False, why=OPERATOR_RELEASE)
+        for proxy in self.all_models():
+            proxy.release_by_operator()
+
+    def all_models(self) -> list[ModelProxy]:
+        return [proxy for runtime in self.runtimes.values() for proxy in runtime.models.values()]
+
+    def root_errors_text(self) -> str:
+        return "".join(line + "\n" for line in self.root_errors)
 
     # ---- the loops --------------------------------------------------------------
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:

@@ -150,6 +150,19 @@ def render(exchange: Exchange) -> str:
     w.metric("mlfs_events_total", "counter", "Events published.", exchange.bus.published)
     w.metric("mlfs_event_readers", "gauge", "Open events files.",
              exchange.bus.subscriber_count)
+    readers = exchange.readers.stats()
+    w.metric("mlfs_event_reads_blocked", "gauge",
+             "Reads of events files waiting for an event (each holds a FUSE worker task).",
+             readers.blocked_reads)
+    w.metric("mlfs_event_opens_refused_total", "counter",
+             "Opens of events files refused by a per-uid or total limit (EMFILE/ENFILE).",
+             readers.refused_opens)
+    w.metric("mlfs_event_reads_refused_total", "counter",
+             "Reads of events files that could not wait under the limits (EAGAIN).",
+             readers.refused_reads)
+    w.metric("mlfs_mount_emergency_pinned", "gauge",
+             "1 while the operator's mount-wide emergency pin (MOUNT/control) holds.",
+             1 if exchange.emergency_pinned else 0)
     for status, count in sorted(exchange.recommendations.items()):
         w.metric("mlfs_recommendations_total", "counter",
                  "Recommendation journal entries by status.", count, status=status)

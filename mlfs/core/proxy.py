@@ -25,7 +25,7 @@ from mlfs.abi import KnobValue, knob_column
 from .clock import now_us, rfc3339
 from .durable import set_aside, write_durably
 from .efficiency import EfficiencyWindow
-from .errors import Refused, busy, invalid
+from .errors import Refused, busy, error_line, invalid
 from .policy import Policy, PolicyRemoved, check_in_subprocess
 from .store import PortionStore, StoreError, errno_name
 from .text import decode_text, escape_input, one_word, parse_recommendations
@@ -39,6 +39,9 @@ log = logging.getLogger("mlfs.proxy")
 STATES = ("initialized", "started", "running", "stopped")
 MODES = ("emergency", "learning", "collaboration", "recommendation")
 ERRORS_KEPT = 100
+#: the `why` of mode and emergency events of the operator's mount-wide switch
+OPERATOR_PIN = "pinned by the operator via MOUNT/control"
+OPERATOR_RELEASE = "released by the operator via MOUNT/control"
 
 
 @dataclass
@@ -137,6 +140,9 @@ class ModelProxy:
         self.mode_history: collections.deque[tuple[str, str, str]] = collections.deque(maxlen=50)
         self._journal_seq = (self.journal.last_key or 0)
         self._load()
+        if runtime.exchange.emergency_pinned:  # created (or reloaded) under the pin
+            self.mode, self.emergency_cause = "emergency", "operator"
+            self.mode_history.append((rfc3339(), "emergency", OPERATOR_PIN))
 
     # ---- persistence ------------------------------------------------------
     @staticmethod
@@ -249,7 +255,7 @@ class ModelProxy:
 
     @property
     def mode_switching(self) -> str:
-        return "pinned" if self.pinned else "auto"
+        return "pinned" if self.pinned or self.emergency_cause == "operator" else "auto"
 
     @property
     def active(self) -> bool:
@@ -280,7 +286,7 @@ class ModelProxy:
     def refuse(self, file: str, data: bytes, exc: Refused) -> Refused:
         """Record a refused input everywhere it must show, and return it to raise."""
         shown = escape_input(data)
-        self.errors.append(f"{rfc3339()} {file} {exc.reason}: {shown}")
+        self.errors.append(error_line(file, exc.reason, shown))
         self.runtime.exchange.count_error(self.runtime.name, file)
         log.warning("%s/%s: %s refused (%s): %s", self.runtime.name, self.name, file,
                     exc.reason, shown)
@@ -359,8 +365,21 @@ class ModelProxy:
             return
         self.pinned = word
         self._save()
-        if self.emergency_cause != "critical":
+        if self.emergency_cause not in ("critical", "operator"):  # kept for the release
             self._switch(word, "pinned by a write to mode")
+
+    def pin_by_operator(self) -> None:
+        """The operator's mount-wide switch: emergency until `release_by_operator`."""
+        self._switch("emergency", OPERATOR_PIN, cause="operator")
+
+    def release_by_operator(self) -> None:
+        """Back to the model's own pin or to automatic switching (critical: stays)."""
+        if self.emergency_cause != "operator":
+            return
+        if self.runtime.critical:
+            self.emergency_cause, self._calm_ticks = "critical", 0
+            return
+        self._switch(self.pinned or "learning", OPERATOR_RELEASE)
 
     def _switch(self, new: str, why: str, cause: str | None = None) -> None:
         old = self.mode
@@ -418,11 +437,12 @@ class ModelProxy:
             failing = self.runtime.watch.error()
             if failing is not None:  # nothing could be recorded: say why, not just EBUSY
                 raise Refused(failing[0], f"state directory: {failing[1]}")
-            if self.mode == "emergency" and (self.emergency_cause == "critical"
+            if self.mode == "emergency" and (self.emergency_cause in ("critical", "operator")
                                              or self.pinned == "emergency"):
-                raise busy("model is in emergency"
-                           + (" (critical state)" if self.emergency_cause == "critical"
-                              else " (pinned)"))
+                raise busy("model is in emergency" + {
+                    "critical": " (critical state)",
+                    "operator": " (pinned by the operator via MOUNT/control)",
+                }.get(self.emergency_cause, " (pinned)"))
         except Refused as exc:
             raise self.refuse("recommend", data, exc) from None
         ids: list[int] = []
@@ -594,6 +614,8 @@ class ModelProxy:
 
     def update_mode(self, critical: str | None) -> None:
         config = self.config
+        if self.emergency_cause == "operator":  # only the operator releases it
+            return
         if critical:
             self._calm_ticks = 0
             if self.mode != "emergency" or self.emergency_cause != "critical":

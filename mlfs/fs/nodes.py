@@ -259,6 +259,9 @@ class Tree:
         self.root.add(Attr(self, "metrics", self.root, read=metrics))
         # computed once by the daemon before the mount (listing imports every backend)
         self.root.add(Attr(self, "backends", self.root, read=lambda: backends_text))
+        # the operator's switches (SPEC 7): write-only 0200 (0220 with a group)
+        self.root.add(Attr(self, "control", self.root, write=actions.root_control))
+        self.root.add(Attr(self, "errors", self.root, read=exchange.root_errors_text))
         for runtime in exchange.runtimes.values():
             self.root.add(SubsystemDir(self, self.root, runtime))
 

@@ -14,6 +14,7 @@ import logging
 import mmap
 import os
 import stat
+import time
 from dataclasses import dataclass, field
 
 import pyfuse3
@@ -34,11 +35,12 @@ from .nodes import (
     PortionFile,
     Tree,
 )
+from .parking import Parking
 
 log = logging.getLogger("mlfs.fs")
 
-SIGNAL_CHECK_SECONDS = 0.1
 MAX_BUFFERED_WRITE = 16 << 20
+REFUSAL_LOG_SECONDS = 60.0
 
 
 def _guard(handler):
@@ -59,35 +61,6 @@ def _guard(handler):
             raise pyfuse3.FUSEError(errno.EIO) from None
 
     return wrapper
-
-
-def opener_interrupted(pid: int) -> bool:
-    """True when `pid` has exited or has a pending signal it does not block.
-
-    pyfuse3 does not handle FUSE_INTERRUPT, so a blocked read looks at its
-    opener instead and answers EINTR only when the opener would really be
-    interrupted (FUSE-NOTES: the event stream).
-    """
-    try:
-        with open(f"/proc/{pid}/status", "rb") as fh:
-            text = fh.read()
-    except (FileNotFoundError, ProcessLookupError):
-        return True
-    except OSError:
-        return False
-    fields = {}
-    for line in text.splitlines():
-        key, _, value = line.partition(b":")
-        if key in (b"SigPnd", b"ShdPnd", b"SigBlk", b"State"):
-            fields[key] = value.strip()
-    if fields.get(b"State", b"").startswith((b"Z", b"X")):
-        return True
-    try:
-        pending = int(fields.get(b"SigPnd", b"0"), 16) | int(fields.get(b"ShdPnd", b"0"), 16)
-        blocked = int(fields.get(b"SigBlk", b"0"), 16)
-    except ValueError:
-        return False
-    return bool(pending & ~blocked)
 
 
 class PortionMaps:
@@ -153,10 +126,12 @@ class Handle:
     #: a slice-able read-only mapping of the portion (shared per inode), or None
     view: memoryview | None = None
     subscriber: Subscriber | None = None
+    #: who opened an events file: the parked read watches `pid`, `uid` is charged
     pid: int = 0
+    uid: int = 0
     nonblock: bool = False
-    wake: trio.Event | None = None
     poll_handle: object | None = None
+    poll_registered: bool = False
     buffer: bytearray = field(default_factory=bytearray)
     dirty: bool = False
     truncated: bool = False
@@ -179,6 +154,8 @@ class Operations(pyfuse3.Operations):
         self._next_fh = itertools.count(1)
         self.stopping = False
         self.portion_maps = PortionMaps()
+        self.parking = Parking(exchange.readers)
+        self._refusal_logged = -REFUSAL_LOG_SECONDS
 
     # ---- actions called by attribute writers --------------------------------
     async def sync(self, fn, data: bytes) -> None:
@@ -211,6 +188,10 @@ class Operations(pyfuse3.Operations):
             self.exchange.count_error(runtime.name, "control")
             log.warning("%s/control refused: %s", runtime.name, exc.reason)
             raise
+
+    async def root_control(self, data: bytes) -> None:
+        """MOUNT/control; the exchange records a refusal in the root `errors`."""
+        await self.exchange.root_control(data)
 
     async def model_control(self, proxy: ModelProxy, data: bytes) -> None:
         await self.exchange.model_control(proxy, data)
@@ -380,10 +361,10 @@ class Operations(pyfuse3.Operations):
         if isinstance(node, EventsFile):
             if wants_write:
                 raise pyfuse3.FUSEError(errno.EACCES)
-            handle = Handle(node, pid=ctx.pid, nonblock=bool(flags & os.O_NONBLOCK))
+            self._charge_stream(ctx.uid)
+            handle = Handle(node, pid=ctx.pid, uid=ctx.uid,
+                            nonblock=bool(flags & os.O_NONBLOCK))
             handle.subscriber = self.exchange.bus.subscribe(node.subsystem)
-            handle.wake = trio.Event()
-            handle.subscriber.wakers.append(functools.partial(self._wake_reader, handle))
             fh = self._new_handle(handle)
             return pyfuse3.FileInfo(fh=fh, direct_io=True, keep_cache=False)
         assert isinstance(node, Attr)
@@ -396,9 +377,25 @@ class Operations(pyfuse3.Operations):
         fh = self._new_handle(handle)
         return pyfuse3.FileInfo(fh=fh, direct_io=True, keep_cache=False)
 
-    def _wake_reader(self, handle: Handle) -> None:
-        if handle.wake is not None:
-            handle.wake.set()
+    def _charge_stream(self, uid: int) -> None:
+        try:
+            self.exchange.readers.open_stream(uid)
+        except Refused as exc:
+            self._log_refusal(exc)
+            raise
+
+    def _log_refusal(self, exc: Refused) -> None:
+        """One warning per minute at most: a refused reader may retry in a loop."""
+        now = time.monotonic()
+        if now - self._refusal_logged >= REFUSAL_LOG_SECONDS:
+            log.warning("events: %s refused: %s (%d refusals so far)",
+                        errno.errorcode.get(exc.errno, exc.errno), exc.reason,
+                        self.exchange.readers.refused_opens
+                        + self.exchange.readers.refused_reads)
+            self._refusal_logged = now
+
+    def _notify_poller(self, handle: Handle) -> None:
+        handle.poll_registered = False
         poll_handle, handle.poll_handle = handle.poll_handle, None
         if poll_handle is not None:
             try:
@@ -422,19 +419,16 @@ class Operations(pyfuse3.Operations):
 
     async def _read_events(self, handle: Handle, size: int) -> bytes:
         sub = handle.subscriber
-        while not sub.ready():
+        if not sub.ready():
             if handle.nonblock:
                 raise pyfuse3.FUSEError(errno.EAGAIN)
-            handle.wake = trio.Event()
-            with trio.move_on_after(SIGNAL_CHECK_SECONDS):
-                await handle.wake.wait()
-            if sub.ready():
-                break
-            if self.stopping:
-                return b""
-            if opener_interrupted(handle.pid):
-                raise pyfuse3.FUSEError(errno.EINTR)
-        if sub.closed and not sub.has_data():
+            try:
+                await self.parking.wait(sub, handle.pid, handle.uid)
+            except Refused as exc:
+                if exc.errno == errno.EAGAIN:
+                    self._log_refusal(exc)
+                raise
+        if not sub.has_data():  # closed: shutdown
             return b""
         return sub.take(size)
 
@@ -447,10 +441,14 @@ class Operations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EBADF)
         if handle.subscriber is None:
             return select.POLLIN | select.POLLOUT | select.POLLRDNORM
-        if handle.subscriber.ready():
+        sub = handle.subscriber
+        if sub.ready():
             return select.POLLIN | select.POLLRDNORM
-        if poll_handle is not None:
+        if poll_handle is not None:  # polling holds no task: no limit applies
             handle.poll_handle = poll_handle
+            if not handle.poll_registered:  # once, however often it is polled
+                handle.poll_registered = True
+                sub.wait_with(functools.partial(self._notify_poller, handle))
         return 0
 
     @_guard
@@ -501,7 +499,8 @@ class Operations(pyfuse3.Operations):
             os.close(handle.fd)
         if handle.subscriber is not None:
             handle.subscriber.unsubscribe()
-            handle.wake = None
+            handle.poll_handle = None
+            self.exchange.readers.close_stream(handle.uid)
         node = handle.node
         if isinstance(node, Attr) and node.buffered and not handle.committed and node.alive():
             try:
@@ -523,6 +522,7 @@ class Operations(pyfuse3.Operations):
     def stop(self) -> None:
         """Shutdown: wake every blocked reader so it answers end of file."""
         self.stopping = True
+        self.parking.stop()
         self.exchange.bus.close()
 
 
@@ -530,4 +530,4 @@ def exchange_started_ns(exchange: Exchange) -> int:
     return int(exchange.started * 1e9)
 
 
-__all__ = ["Operations", "opener_interrupted", "IMMUTABLE_TIMEOUT", "ModelDir", "stat"]
+__all__ = ["Operations", "IMMUTABLE_TIMEOUT", "ModelDir", "stat"]

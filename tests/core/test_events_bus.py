@@ -55,7 +55,8 @@ def test_a_subsystem_stream_gets_only_its_events_and_seq_is_global():
     assert [e["seq"] for e in drain(everything)] == [1, 2, 3, 4, 5, 6]
 
 
-def test_a_reader_that_falls_behind_gets_one_overflow_line_with_the_count_lost():
+def test_a_reader_that_falls_behind_gets_one_overflow_line_then_the_oldest_kept():
+    """As on /dev/kmsg: the oldest unread events are overwritten, the reader is told."""
     bus = EventBus(capacity=5)
     slow = bus.subscribe()
     for i in range(12):
@@ -63,10 +64,11 @@ def test_a_reader_that_falls_behind_gets_one_overflow_line_with_the_count_lost()
     events = drain(slow)
     assert events[0]["event"] == "overflow"
     assert events[0]["lost"] == 7
-    assert events[0]["seq"] == 12, "the overflow line carries the last lost seq"
+    assert events[0]["seq"] == 7, "the overflow line carries the last lost seq"
     assert RFC3339.match(events[0]["ts"]), "an overflow line is an event like any other"
     assert events[0]["subsystem"] is None
-    assert [e["id"] for e in events[1:]] == [0, 1, 2, 3, 4]
+    assert [e["id"] for e in events[1:]] == [7, 8, 9, 10, 11]
+    assert [e["seq"] for e in events] == sorted(e["seq"] for e in events), "seq still rises"
     bus.publish("s", "recommendation", model="m", id=99, status="accepted", reason="")
     (after,) = drain(slow)
     assert after["id"] == 99, "the overflow marker is sent once"
@@ -103,7 +105,7 @@ def test_take_returns_whole_lines_up_to_the_size_asked():
     sub = bus.subscribe()
     for i in range(3):
         bus.publish("s", "portion", path="p" * 10, rows=i)
-    first_len = len(sub.lines[0])
+    first_len = len(bus._log(None).line(0))
     data = sub.take(first_len * 2 + 5)
     assert data.count(b"\n") == 2
     assert len(data) <= first_len * 2 + 5
@@ -114,7 +116,7 @@ def test_a_read_smaller_than_the_next_line_gets_it_in_pieces_never_more_than_ask
     """A reply longer than the read's size fails the FUSE read with EIO (seen live)."""
     bus = EventBus(capacity=2)
     sub = bus.subscribe()
-    for i in range(4):  # two fit, two are lost: the overflow marker comes first
+    for i in range(4):  # two are kept, two are lost: the overflow marker comes first
         bus.publish("s", "recommendation", model="m" * 30, id=i, status="accepted",
                     reason="r" * 40)
     pieces = []
@@ -124,14 +126,14 @@ def test_a_read_smaller_than_the_next_line_gets_it_in_pieces_never_more_than_ask
         pieces.append(piece)
     events = lines(b"".join(pieces))
     assert [e["event"] for e in events] == ["overflow", "recommendation", "recommendation"]
-    assert [e["id"] for e in events[1:]] == [0, 1]
+    assert [e["id"] for e in events[1:]] == [2, 3]
 
 
 def test_close_wakes_readers_and_marks_them_ready_for_end_of_file():
     bus = EventBus()
     sub = bus.subscribe()
     woken = []
-    sub.wakers.append(lambda: woken.append(True))
+    sub.wait_with(lambda: woken.append(True))
     bus.close()
     assert woken and sub.ready() and sub.closed
     assert not sub.has_data()
@@ -151,11 +153,37 @@ def test_unsubscribed_readers_get_nothing_and_are_not_counted():
     assert bus.by_kind["portion"] == 1
 
 
-def test_wakers_run_on_every_offer_even_when_the_queue_is_full():
+def test_a_waiting_reader_is_woken_once_by_the_next_event_of_its_stream():
     bus = EventBus(capacity=1)
-    sub = bus.subscribe()
+    sub = bus.subscribe("s")
     calls = []
-    sub.wakers.append(lambda: calls.append(1))
-    for _ in range(3):
+    sub.wait_with(lambda: calls.append(1))
+    bus.publish("other", "portion", path="p", rows=1)
+    assert calls == [], "another subsystem's event does not wake a filtered reader"
+    for _ in range(3):  # the log is full after the first: still woken, once
         bus.publish("s", "portion", path="p", rows=1)
-    assert len(calls) == 3
+    assert calls == [1]
+    sub.wait_with(lambda: calls.append(2))
+    bus.publish("s", "portion", path="p", rows=1)
+    assert calls == [1, 2]
+
+
+def test_a_cancelled_wait_is_not_run_and_unread_readers_cost_the_producer_nothing():
+    bus = EventBus(capacity=100)
+    idle = [bus.subscribe() for _ in range(1000)]
+    waiting = bus.subscribe()
+    calls = []
+
+    def waker():
+        calls.append(1)
+
+    waiting.wait_with(waker)
+    waiting.cancel_wait(waker)
+    for i in range(500):
+        bus.publish("s", "portion", path="p", rows=i)
+    assert calls == []
+    assert all(log.waiting == set() for log in bus._logs.values())
+    assert sum(len(log._slots) for log in bus._logs.values()) == 200, \
+        "one global and one subsystem log of 100 lines, whatever the number of readers"
+    assert all(sub.lost == 400 for sub in idle)
+    assert drain(idle[0])[0]["lost"] == 400

@@ -29,14 +29,15 @@ def perm(path) -> tuple[int, int, int, bool]:
 
 def test_root_and_subsystem_entries_have_the_spec_modes_and_owner(shared_mount):
     root, sub = shared_mount.mountpoint, shared_mount.sub
-    assert sorted(os.listdir(root)) == ["backends", "events", "metrics", "sim.readahead",
-                                        "version"]
+    assert sorted(os.listdir(root)) == ["backends", "control", "errors", "events", "metrics",
+                                        "sim.readahead", "version"]
     assert sorted(os.listdir(sub)) == SUB_ENTRIES
     assert os.listdir(sub / "knobs") == ["read_ahead_kb"]
     expected = {
         root: (0o755, True), root / "version": (0o444, False),
         root / "events": (0o444, False), root / "metrics": (0o444, False),
         root / "backends": (0o444, False),
+        root / "control": (0o200, False), root / "errors": (0o444, False),
         sub: (0o755, True), sub / "info": (0o444, False), sub / "control": (0o200, False),
         sub / "objective": (0o644, False), sub / "knobs": (0o755, True),
         sub / "knobs/read_ahead_kb": (0o444, False), sub / "events": (0o444, False),
@@ -116,7 +117,7 @@ def test_knob_file_shows_the_value_in_effect(shared_mount, shared_models):
     wait_for(lambda: knob.read_text() == "128\n", what="the default back after stop")
 
 
-READ_ONLY = ["version", "metrics", "events", "backends", "sim.readahead/info",
+READ_ONLY = ["version", "metrics", "events", "backends", "errors", "sim.readahead/info",
              "sim.readahead/knobs/read_ahead_kb", "sim.readahead/events"]
 MODEL_READ_ONLY = ["state", "mode_switching", "efficiency", "errors"]
 
@@ -139,7 +140,8 @@ def test_root_is_refused_writes_to_read_only_files(shared_mount, shared_models):
 
 def test_reading_write_only_files_is_refused(shared_mount, shared_models):
     model = shared_models("writeonly", start=False)
-    for path in (model / "recommend", model / "control", shared_mount.sub / "control"):
+    for path in (model / "recommend", model / "control", shared_mount.sub / "control",
+                 shared_mount.mountpoint / "control"):
         done = sh(f"cat {path}")
         assert done.returncode == 1
         assert "Permission denied" in done.stderr, path

@@ -1,0 +1,202 @@
+"""Fair service (issue 10): unprivileged `events` readers cannot starve root.
+
+Readers are real `cat` and Python processes run as `nobody` and as other
+unprivileged uids through setpriv, parked in read(2) on a quiet mount whose
+limits are small enough that more readers than `max_tasks` try to park.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+
+from tests.conftest import (
+    QUIET_CONFIG,
+    REPO,
+    Mount,
+    mlfs_command,
+    new_model,
+    sh,
+    wait_for,
+    write_errno,
+)
+
+NOBODY_UID = 65534
+NOGROUP_GID = 65534
+#: an interpreter other users may run (the venv's may live under a 0700 /root)
+PYTHON = shutil.which("python3", path="/usr/bin:/bin") or "python3"
+#: unprivileged uids besides nobody (setpriv takes numbers; no passwd entry needed)
+OTHER_UIDS = [61001, 61002, 61003, 61004]
+
+LIMITS = """
+[mount]
+allow_other = true
+max_tasks = 64
+events_streams_per_uid = 16
+events_streams = 256
+events_blocked_reads_per_uid = 10
+events_blocked_reads = 32
+"""
+#: the quiet configuration (nothing published unless a test causes it) with the limits
+CONFIG = QUIET_CONFIG.replace("[mount]\nallow_other = true\n", LIMITS)
+
+
+@pytest.fixture(autouse=True)
+def _need_setpriv():
+    if shutil.which("setpriv") is None:
+        pytest.skip("setpriv (util-linux) is needed to act as other users")
+
+
+@pytest.fixture
+def limited(mount_root):
+    m = Mount(mount_root, CONFIG).start()
+    try:
+        yield m
+    finally:
+        m.kill(signal.SIGTERM)
+
+
+def as_uid(uid: int, *argv: str) -> list[str]:
+    return ["setpriv", f"--reuid={uid}", f"--regid={NOGROUP_GID}", "--clear-groups", *argv]
+
+
+def metric(m: Mount, name: str) -> float:
+    for line in (m.mountpoint / "metrics").read_text().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"no metric {name}")
+
+
+def end(procs: list[subprocess.Popen]) -> None:
+    """SIGKILL every reader still running, by its pid, and reap it."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+    for proc in procs:
+        proc.wait(timeout=20)
+
+
+OPENER = """
+import os, sys
+fds = []
+while True:
+    try:
+        fds.append(os.open(sys.argv[1], os.O_RDONLY))
+    except OSError as exc:
+        print(len(fds), exc.errno, flush=True)
+        break
+"""
+
+
+def test_beyond_the_per_uid_stream_limit_nobody_gets_emfile_at_open(limited):
+    events = str(limited.sub / "events")
+    done = subprocess.run(as_uid(NOBODY_UID, PYTHON, "-c", OPENER, events),
+                          capture_output=True, text=True, timeout=30)
+    opened, code = (int(x) for x in done.stdout.split())
+    assert (opened, code) == (16, errno.EMFILE), done.stderr
+    assert metric(limited, "mlfs_event_opens_refused_total") == 1
+    wait_for(lambda: metric(limited, "mlfs_event_readers") == 0, what="nobody's files closed")
+    again = subprocess.run(as_uid(NOBODY_UID, PYTHON, "-c", OPENER, events),
+                           capture_output=True, text=True, timeout=30)
+    assert again.stdout.split() == ["16", str(errno.EMFILE)], "closing gives the slots back"
+    fds = [os.open(events, os.O_RDONLY) for _ in range(40)]  # root: no stream limit
+    try:
+        assert metric(limited, "mlfs_event_readers") == 40
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def test_parked_unprivileged_readers_leave_root_served_and_umount_prompt(limited):
+    model = new_model(limited.sub, "served")
+    paths = [limited.sub / "events", limited.mountpoint / "events"]
+    uids = [NOBODY_UID] + OTHER_UIDS
+    procs: list[subprocess.Popen] = []
+    try:
+        # 70 readers, more than max_tasks (64): 5 uids x 14, each uid may park 10,
+        # all of them together 32; the others get EAGAIN at read and exit
+        for i in range(70):
+            procs.append(subprocess.Popen(as_uid(uids[i % 5], "cat", str(paths[i % 2])),
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        wait_for(lambda: sum(p.poll() is not None for p in procs) == 38, timeout=30,
+                 what="38 readers refused")
+        assert metric(limited, "mlfs_event_reads_blocked") == 32
+        refused = [p for p in procs if p.poll() is not None]
+        for proc in refused:
+            assert proc.returncode == 1
+            assert b"Resource temporarily unavailable" in proc.stderr.read()
+        parked = [p for p in procs if p.poll() is None]
+        assert len(parked) == 32
+
+        # a generous bound, to catch a wedge (it was 2.6-9.8 s, or until the next event)
+        started = time.monotonic()
+        done = sh(f"cat {limited.mountpoint}/version", timeout=20)
+        assert done.stdout.startswith("mlfs"), done.stderr
+        assert time.monotonic() - started < 2.0, "root's cat version waited"
+        started = time.monotonic()
+        done = sh(f"echo read_ahead_kb=64 > {model}/recommend", timeout=20)
+        assert done.returncode == 0, done.stderr
+        assert time.monotonic() - started < 2.0, "root's echo > recommend waited"
+
+        root_reader = subprocess.Popen(["cat", str(paths[0])], stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE)
+        procs.append(root_reader)
+        wait_for(lambda: metric(limited, "mlfs_event_reads_blocked") >= 33,
+                 what="root parks beyond the others' limit")
+
+        victim = parked[0]
+        started = time.monotonic()
+        victim.send_signal(signal.SIGTERM)
+        victim.wait(timeout=5)
+        assert time.monotonic() - started < 2.0, "a signal still ends a parked reader"
+
+        started = time.monotonic()
+        done = subprocess.run(mlfs_command("umount", str(limited.mountpoint)),
+                              capture_output=True, text=True, timeout=60, cwd=REPO)
+        elapsed = time.monotonic() - started
+        assert done.returncode == 0, done.stderr
+        assert elapsed < 10.0, f"mlfs umount took {elapsed:.1f} s with readers parked"
+        for proc in parked[1:] + [root_reader]:
+            proc.wait(timeout=10)
+            assert proc.returncode == 0, "a parked reader gets end of file at unmount"
+    finally:
+        end(procs)
+
+
+def test_a_read_that_may_not_wait_gets_eagain_but_poll_still_works(mount_root):
+    """Beyond the limits a blocking read answers EAGAIN; poll holds no task, so it works."""
+    code = """
+import errno, os, select, sys
+fds = [os.open(sys.argv[1], os.O_RDONLY) for _ in range(2)]
+poller = select.poll()
+poller.register(fds[1], select.POLLIN)
+print(len(poller.poll(100)), flush=True)
+try:
+    os.read(fds[0], 4096)
+except OSError as exc:
+    print(exc.errno, flush=True)
+sys.stdin.readline()
+print(len(poller.poll(10000)), os.read(fds[1], 4096).count(b"\\n"), flush=True)
+"""
+    limits = CONFIG.replace("events_blocked_reads_per_uid = 10", "events_blocked_reads_per_uid = 0")
+    m = Mount(mount_root, limits).start()
+    proc = subprocess.Popen(as_uid(NOBODY_UID, PYTHON, "-c", code, str(m.sub / "events")),
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().split() == ["0"], "nothing to read yet"
+        assert proc.stdout.readline().split() == [str(errno.EAGAIN)]
+        assert metric(m, "mlfs_event_reads_refused_total") == 1
+        assert write_errno(m.sub / "control", b"prepare_dataset\n") == 0
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().split() == ["1", "1"], "the poller got the portion line"
+        assert proc.wait(timeout=10) == 0
+    finally:
+        end([proc])
+        m.kill(signal.SIGTERM)
