@@ -20,13 +20,16 @@ from pathlib import Path
 import pyfuse3
 import trio
 
+import mlfs.backends
 from mlfs.backends import SettingError, create_subsystems, describe_backends, listing_text
 
 from . import __version__, runfile
 from .config import Config
 from .core import metrics, statedir
 from .core.durable import write_durably
-from .core.exchange import Exchange
+from .core.errors import error_line
+from .core.exchange import CONFIG, LOADED, Exchange
+from .core.loading import read_remembered
 from .fs.operations import Operations
 from .http import serve_metrics
 
@@ -159,6 +162,47 @@ def keep_info(exchange: Exchange, state_dir: Path) -> None:
             log.warning("%s: cannot keep info.json: %s", name, exc.strerror or exc)
 
 
+def remembered_subsystems(state_dir: Path, configured: set[str]
+                          ) -> tuple[list, list[str]]:
+    """The subsystems loaded at run time before (STATE/loaded.json), built again.
+
+    The configuration wins a name clash (the remembered load is skipped).  A
+    remembered load that cannot be built (its backend uninstalled, a device
+    gone) never blocks the mount: it is reported (log, MOUNT/errors), kept
+    for a later mount, and the ledger's originals of every knob no live
+    subsystem owns are put back.
+    """
+    built, problems = [], []
+    orphaned = False
+    for item in read_remembered(state_dir):
+        if item.name in configured or any(s.name == item.name for s in built):
+            problems.append(f"remembered load of {item.name!r} skipped: the configuration "
+                            "serves that name")
+            log.warning("%s", problems[-1])
+            continue
+        try:
+            subsystems = create_subsystems([item.entry], state_dir)
+            if [s.name for s in subsystems] != [item.name]:
+                for subsystem in subsystems:
+                    subsystem.close()
+                raise SettingError("name", f"the settings now make "
+                                   f"{[s.name for s in subsystems]}")
+        except Exception as exc:  # a plugin's constructor: anything may happen
+            orphaned = True
+            problems.append(f"remembered load of {item.name!r} (backend "
+                            f"{item.entry.get('backend')!r}) not served: {exc}")
+            log.error("%s", problems[-1])
+            continue
+        log.info("%s: loaded again (remembered in %s)", item.name, statedir.LOADED_FILE)
+        built.extend(subsystems)
+    if orphaned:
+        try:
+            mlfs.backends.restore_orphans(state_dir)
+        except OSError as exc:
+            log.error("ledger: originals not restored: %s", exc)
+    return built, problems
+
+
 def serve(mountpoint: Path, config: Config, state_dir: Path, ready_fd: int | None = None) -> int:
     """Mount and serve until unmounted or signalled; returns an exit code."""
     global _notify_socket
@@ -184,7 +228,12 @@ def serve(mountpoint: Path, config: Config, state_dir: Path, ready_fd: int | Non
     except SettingError as exc:  # e.g. a plugin's subsystem the core cannot serve
         log.error("configuration: %s", exc)
         return 2
-    exchange = Exchange(config, state_dir, subsystems)
+    loaded, problems = remembered_subsystems(state_dir, {s.name for s in subsystems})
+    sources = {s.name: CONFIG for s in subsystems} | {s.name: LOADED for s in loaded}
+    exchange = Exchange(config, state_dir, subsystems + loaded, backends=mlfs.backends,
+                        sources=sources)
+    for problem in problems:  # shown in MOUNT/errors as a refused root command is
+        exchange.root_errors.append(error_line("loaded.json", problem, "(at mount)"))
     backends, problems = describe_backends()
     for problem in problems:
         log.warning("%s", problem)  # a plugin that fails to import never stops the mount
