@@ -9,7 +9,6 @@ call `pyfuse3.terminate()`; blocked event readers are woken with end of file.
 from __future__ import annotations
 
 import errno
-import json
 import logging
 import os
 import signal
@@ -26,7 +25,6 @@ from mlfs.backends import SettingError, create_subsystems, describe_backends, li
 from . import __version__, runfile
 from .config import Config
 from .core import metrics, statedir
-from .core.durable import write_durably
 from .core.errors import error_line
 from .core.exchange import CONFIG, LOADED, Exchange
 from .core.loading import read_remembered
@@ -146,20 +144,10 @@ def sd_notify(state: str) -> bool:
         return False
 
 
-def keep_info(exchange: Exchange, state_dir: Path) -> None:
-    """STATE/<subsystem>/info.json: what `info` says, for `mlfs report STATE` after umount.
-
-    The objective's name, unit and goal and the knobs' types are not in the
-    Parquet portions; without them a report of an unmounted run could not
-    tell better from worse.  Best effort: a failure is logged, never fatal.
-    """
-    for name, runtime in exchange.runtimes.items():
-        try:
-            (state_dir / name).mkdir(parents=True, exist_ok=True)
-            write_durably(state_dir / name / "info.json",
-                          (json.dumps(runtime.info(), indent=2) + "\n").encode())
-        except OSError as exc:
-            log.warning("%s: cannot keep info.json: %s", name, exc.strerror or exc)
+def keep_info(exchange: Exchange) -> None:
+    """Every subsystem's info.json (`SubsystemRuntime.keep_info`)."""
+    for runtime in exchange.runtimes.values():
+        runtime.keep_info()
 
 
 def remembered_subsystems(state_dir: Path, configured: set[str]
@@ -237,7 +225,7 @@ def serve(mountpoint: Path, config: Config, state_dir: Path, ready_fd: int | Non
     backends, problems = describe_backends()
     for problem in problems:
         log.warning("%s", problem)  # a plugin that fails to import never stops the mount
-    keep_info(exchange, state_dir)
+    keep_info(exchange)
     ops = Operations(exchange, version_text=f"mlfs {__version__}\n",
                      metrics=lambda: metrics.render(exchange),
                      gid=_group_id(config.mount.group),

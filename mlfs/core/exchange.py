@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import errno
+import json
 import logging
 import math
 import os
@@ -365,6 +366,19 @@ class SubsystemRuntime:
         os.replace(tmp, self._tick_path)
         self._reserved = upto
 
+    def keep_info(self) -> None:
+        """STATE/<subsystem>/info.json: what `info` says, for `mlfs report STATE` after umount.
+
+        The objective's name, unit and goal and the knobs' types are not in the
+        Parquet portions; without them a report of an unmounted run could not
+        tell better from worse.  Best effort: a failure is logged, never fatal.
+        """
+        try:
+            write_durably(self.directory / "info.json",
+                          (json.dumps(self.info(), indent=2) + "\n").encode())
+        except OSError as exc:
+            log.warning("%s: cannot keep info.json: %s", self.name, exc.strerror or exc)
+
     def close(self) -> None:
         for proxy in self.models.values():
             proxy.journal.close()
@@ -401,6 +415,9 @@ class Exchange:
         #: read before any model exists, so every model starts under it
         self.emergency_pinned = (self.state_dir / EMERGENCY_PIN_FILE).exists()
         self._control_lock = trio.Lock()
+        #: one load/unload at a time; apart from `_control_lock`, so a backend's
+        #: slow (or hung) constructor never delays the emergency switch
+        self._load_lock = trio.Lock()
         if self.emergency_pinned:
             log.warning("the operator's emergency pin holds (%s): every model stays in "
                         "emergency until `echo auto > MOUNT/control`", EMERGENCY_PIN_FILE)
@@ -540,7 +557,7 @@ class Exchange:
             words = decode_text(data).split()
             if words and words[0] in ("load", "unload"):
                 command = parse_command(words)
-                async with self._control_lock:
+                async with self._load_lock:
                     if isinstance(command, Load):
                         await self.load(command.entry, uid)
                     else:
@@ -618,6 +635,7 @@ class Exchange:
                               f"remembered ({exc.strerror or exc} in the state directory)"
                               ) from None
             runtime = self.serve(subsystem, LOADED)
+            await trio.to_thread.run_sync(runtime.keep_info)
         except BaseException:
             await trio.to_thread.run_sync(subsystem.close)  # its knobs restored
             raise
@@ -698,7 +716,7 @@ class Exchange:
             if entry is None:
                 raise Refused(errno.EPERM, f"no backend serves {name!r} from its name "
                               "alone (`load <backend> key=value ...` on MOUNT/control)")
-            async with self._control_lock:
+            async with self._load_lock:
                 await self.load(entry, uid)
         except Refused as exc:
             self.refuse_root("mkdir", exc, escape_input(name.encode()))
@@ -707,7 +725,7 @@ class Exchange:
     async def rmdir_subsystem(self, name: str) -> None:
         """`rmdir MOUNT/<name>`: unload it (as `unload <name>`)."""
         try:
-            async with self._control_lock:
+            async with self._load_lock:
                 await self.unload(name)
         except Refused as exc:
             self.refuse_root("rmdir", exc, escape_input(name.encode()))

@@ -22,7 +22,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import FAST_CONFIG, EventStream, Mount, sh, wait_for, write_errno
+from tests.conftest import (
+    FAST_CONFIG,
+    REPO,
+    EventStream,
+    Mount,
+    mlfs_command,
+    sh,
+    wait_for,
+    write_errno,
+)
 from tests.mount.test_linux_safety import read_ahead, recommend
 
 NOBODY = "setpriv --reuid=nobody --regid=nogroup --clear-groups"
@@ -115,6 +124,15 @@ def test_sim_readahead_loads_as_sim2_and_unloads(mount):
     assert json.loads((sim2 / "info").read_text())["source"] == "load"
     wait_for(lambda: (sim2 / "knobs" / "read_ahead_kb").read_text().strip() != "",
              what="sim2 ticking")
+    shown = subprocess.run(mlfs_command("status", str(mount.mountpoint)), cwd=REPO,
+                           capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert "sim2  sim (loaded)" in shown.stdout
+    assert "sim.readahead  sim (configured)" in shown.stdout
+    as_json = subprocess.run(mlfs_command("status", "--json", str(mount.mountpoint)),
+                             cwd=REPO, capture_output=True, text=True, timeout=60)
+    sources = {n: s["source"] for n, s in json.loads(as_json.stdout)["subsystems"].items()}
+    assert sources == {"sim.readahead": "config", "sim2": "load"}
     assert control(mount, "unload sim2\n") == 0
     assert "sim2" not in os.listdir(mount.mountpoint)
     assert control(mount, "unload sim2\n") == errno.ENOENT
@@ -260,3 +278,39 @@ def test_fuzzed_load_commands_never_crash_and_every_refusal_has_a_reason(shared_
         assert got in (errno.EINVAL, errno.EEXIST, errno.ENOENT, errno.EPERM), (line, got)
         assert len(errors(m)) == before + 1 or len(errors(m)) == 100, line
     assert m.alive()
+
+
+def test_a_remembered_load_whose_backend_is_gone_never_blocks_the_mount(mount, loop):
+    original = read_ahead(loop)
+    name = f"linux.block.{loop}"
+    assert control(mount, block_load(loop)) == 0
+    recommend(mount, loop, 1024)
+    wait_for(lambda: read_ahead(loop) == "1024", what="the recommendation applied")
+    mount.kill(signal.SIGKILL)
+    remembered = mount.state_dir / "loaded.json"
+    data = json.loads(remembered.read_text())
+    data["loaded"][0]["entry"]["backend"] = "uninstalled.block"  # its package removed
+    remembered.write_text(json.dumps(data))
+    mount.start()
+    assert read_ahead(loop) == original  # the ledger's original, put back at mount
+    assert not (mount.mountpoint / name).exists()
+    assert (mount.mountpoint / "sim.readahead" / "info").exists()
+    assert any(f"remembered load of '{name}'" in line and "not served" in line
+               for line in errors(mount))
+    assert "not served" in (mount.state_dir / "mlfs.log").read_text()
+
+
+def test_the_configuration_wins_a_name_clash_and_a_configured_unload_lasts_one_mount(mount):
+    assert control(mount, "load sim.readahead name=simc seed=5\n") == 0
+    mount.umount()
+    mount.config_path.write_text(FAST_CONFIG + '\n[[subsystem]]\nbackend = "sim.readahead"\n'
+                                 'name = "simc"\nseed = 7\ntick_seconds = 0.02\n')
+    mount.start()
+    simc = mount.mountpoint / "simc"
+    assert json.loads((simc / "info").read_text())["source"] == "config"
+    assert any("remembered load of 'simc' skipped" in line for line in errors(mount))
+    assert control(mount, "unload simc\n") == 0
+    assert "simc" not in os.listdir(mount.mountpoint)
+    mount.umount()
+    mount.start()
+    assert json.loads((simc / "info").read_text())["source"] == "config"
