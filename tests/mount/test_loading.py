@@ -237,6 +237,7 @@ def test_unload_ends_a_blocked_events_reader_of_that_subsystem(mount):
     assert control(mount, "load sim.readahead name=sim2 seed=3 tick_seconds=0.02\n") == 0
     reader = subprocess.Popen(["cat", str(mount.mountpoint / "sim2" / "events")],
                               stdout=subprocess.PIPE)
+    writer = os.open(mount.mountpoint / "sim2" / "objective", os.O_WRONLY)
     try:
         time.sleep(0.3)  # blocked in read(2) by now
         assert reader.poll() is None
@@ -247,7 +248,13 @@ def test_unload_ends_a_blocked_events_reader_of_that_subsystem(mount):
         assert reader.returncode == 0
         last = json.loads(out.decode().splitlines()[-1])
         assert (last["event"], last["action"]) == ("subsystem", "unloaded")
+        with pytest.raises(OSError) as gone:  # opened before: gone, as in sysfs
+            os.write(writer, b"1.0\n")
+        assert gone.value.errno == errno.ENODEV
+        wait_for(lambda: not (mount.mountpoint / "sim2").exists(), timeout=3,
+                 what="ENOENT once the cached entry expired")
     finally:
+        os.close(writer)
         if reader.poll() is None:
             reader.kill()
             reader.wait()
