@@ -56,6 +56,8 @@ MODEL_SETTINGS = "model.json"
 #: in the state directory while the operator's mount-wide emergency pin holds
 EMERGENCY_PIN_FILE = "emergency_pinned"
 ROOT_COMMANDS = "load, unload, emergency, auto"
+#: how long unload waits for a blocking step in flight (seconds, or two ticks)
+UNLOAD_STEP_WAIT = 10.0
 #: where a subsystem came from: the configuration file or a run-time `load`
 CONFIG, LOADED = "config", "load"
 
@@ -661,27 +663,39 @@ class Exchange:
         return runtime
 
     async def unload(self, name: str) -> None:
-        """Stop its models, seal, stop its ticks, restore its knobs, then let it go.
+        """Stop its ticks, its models, seal, restore its knobs, then let it go.
 
-        The remembered load is forgotten first: if that cannot be written the
-        unload is refused with nothing changed.  A configured subsystem is
-        only gone until the next mount.  Its directory stays visible until
-        its knobs are restored; its portions stay in the state directory.
+        Its tick loop ends first (a blocking step in flight finishes; one that
+        does not return within UNLOAD_STEP_WAIT refuses the unload with EBUSY
+        and ticks resume once it returns), then the remembered load is
+        forgotten: if that cannot be written, ticks resume and the unload is
+        refused with its errno.  From there on nothing can fail.  A configured
+        subsystem is only gone until the next mount.  Its directory stays
+        visible until its knobs are restored; its portions stay.
         """
         runtime = self.runtimes.get(name)
-        if runtime is None or runtime.unloading:
+        if runtime is None:
             raise Refused(errno.ENOENT, f"no subsystem {name!r}")
+        if runtime.unloading:
+            raise Refused(errno.EBUSY, f"{name}: its backend's step has not returned yet")
+        runtime.unloading = True
+        runtime.loop_scope.cancel()
+        wait = max(UNLOAD_STEP_WAIT, 2 * runtime.subsystem.tick_seconds)
+        with trio.move_on_after(wait):
+            await runtime.loop_done.wait()
+        if not runtime.loop_done.is_set():
+            self._nursery.start_soon(self._resume_ticks, runtime)
+            raise Refused(errno.EBUSY, f"{name}: not unloaded: its backend's step has not "
+                          f"returned for {wait:g} s (ticks resume once it does)")
         remembered = read_remembered(self.state_dir)
         if any(r.name == name for r in remembered):
             try:
                 await trio.to_thread.run_sync(
                     write_remembered, self.state_dir, [r for r in remembered if r.name != name])
             except OSError as exc:
+                self._nursery.start_soon(self._resume_ticks, runtime)
                 raise Refused(exc.errno or errno.EIO, f"{name}: not unloaded: the record "
                               f"cannot be updated ({exc.strerror or exc})") from None
-        runtime.unloading = True
-        runtime.loop_scope.cancel()
-        await runtime.loop_done.wait()  # a blocking step in flight finishes first
         for proxy in list(runtime.models.values()):
             try:
                 proxy.stop()
@@ -730,6 +744,15 @@ class Exchange:
         except Refused as exc:
             self.refuse_root("rmdir", exc, escape_input(name.encode()))
             raise
+
+    async def _resume_ticks(self, runtime: SubsystemRuntime) -> None:
+        """A refused unload: once its old tick loop ended, the subsystem ticks again."""
+        await runtime.loop_done.wait()
+        runtime.loop_scope = trio.CancelScope()
+        runtime.loop_done = trio.Event()
+        runtime.unloading = False
+        log.warning("%s: ticks resume (the unload was refused)", runtime.name)
+        await self._tick_loop(runtime)
 
     async def _seal_runtime(self, runtime: SubsystemRuntime) -> None:
         for store in runtime.stores():
