@@ -33,6 +33,7 @@ from tests.conftest import (
     write_errno,
 )
 from tests.mount.test_linux_safety import read_ahead, recommend
+from tests.mount.test_storage_faults import fill, tmpfs
 
 NOBODY = "setpriv --reuid=nobody --regid=nogroup --clear-groups"
 APPLY = "apply={read_ahead_kb=[16,4096]}"
@@ -50,6 +51,14 @@ def control(m: Mount, command: str | bytes) -> int:
 
 def errors(m: Mount) -> list[str]:
     return (m.mountpoint / "errors").read_text().splitlines()
+
+
+def ticks(m: Mount, subsystem: str) -> int:
+    line = f'mlfs_ticks_total{{subsystem="{subsystem}"}} '
+    for text in (m.mountpoint / "metrics").read_text().splitlines():
+        if text.startswith(line):
+            return int(float(text.split()[-1]))
+    raise AssertionError(f"no {line!r} in metrics")
 
 
 def portions(directory: Path) -> list[str]:
@@ -321,3 +330,28 @@ def test_the_configuration_wins_a_name_clash_and_a_configured_unload_lasts_one_m
     mount.umount()
     mount.start()
     assert json.loads((simc / "info").read_text())["source"] == "config"
+
+
+def test_a_full_state_dir_refuses_load_and_unload_with_enospc_and_changes_nothing(mount_root):
+    with tmpfs(mount_root / "mnt-state", "2m") as state:
+        m = Mount(mount_root).start()
+        try:
+            assert control(m, "load sim.readahead name=sim2 seed=3\n") == 0
+            remembered = (m.state_dir / "loaded.json").read_text()
+            filler = fill(state)
+            try:
+                assert control(m, "load sim.readahead name=sim3 seed=4\n") == errno.ENOSPC
+                assert "cannot be remembered" in errors(m)[-1]
+                assert control(m, "unload sim2\n") == errno.ENOSPC
+                assert "not unloaded" in errors(m)[-1]
+                served = sorted(n for n in os.listdir(m.mountpoint) if n.startswith("sim"))
+                assert served == ["sim.readahead", "sim2"]
+                assert (m.state_dir / "loaded.json").read_text() == remembered
+            finally:
+                filler.unlink()
+            first = ticks(m, "sim2")
+            wait_for(lambda: ticks(m, "sim2") > first + 5, what="sim2 ticking again")
+            assert control(m, "unload sim2\n") == 0
+            assert m.alive()
+        finally:
+            m.kill(signal.SIGTERM)
