@@ -128,7 +128,8 @@ class Handle:
     #: a slice-able read-only mapping of the portion (shared per inode), or None
     view: memoryview | None = None
     subscriber: Subscriber | None = None
-    #: who opened an events file: the parked read watches `pid`, `uid` is charged
+    #: who opened: an events file's parked read watches `pid` and charges `uid`;
+    #: the root `control` checks `uid` (pyfuse3's write() has no ctx)
     pid: int = 0
     uid: int = 0
     nonblock: bool = False

@@ -237,9 +237,12 @@ def test_mkdir_loads_a_block_device_and_rmdir_unloads_it(mount, loop):
     assert "no backend serves 'whatever'" in errors(mount)[-1]
     (mount.mountpoint / name).rmdir()
     assert name not in os.listdir(mount.mountpoint)
+    mount.sub.rmdir()  # a configured one: gone until the next mount
+    assert "sim.readahead" not in os.listdir(mount.mountpoint)
     mount.umount()
     mount.start()
     assert name not in os.listdir(mount.mountpoint)
+    assert "sim.readahead" in os.listdir(mount.mountpoint)
 
 
 def test_unload_ends_a_blocked_events_reader_of_that_subsystem(mount):
