@@ -11,7 +11,13 @@ value a module (or `module:object`) providing
 * optionally `DESCRIPTION` (one line), `SETTINGS` (the `Schema` it checks
   against, listed by `mlfs backends`) and `USES_STATE_DIR = True` (the
   factory then gets the mount's state directory as `state_dir`, for a ledger
-  of original knob values).
+  of original knob values);
+* optionally `ROOT_ONLY = True`: the backend makes the daemon write files its
+  settings name (a declared subsystem), so a run-time `load` of it is root's
+  alone, never the configured group's;
+* optionally `settings_for_name(name) -> dict | None`: the settings that
+  serve the subsystem `name` (`linux.block.sdb` -> `devices = ["sdb"]`), so
+  `mkdir MOUNT/<name>` can load it; None when the name is not one of its.
 
 The built-ins are registered in mlfs's own pyproject.toml.  An installed mlfs
 reads them from its package metadata like any plugin's; a checkout (see
@@ -153,6 +159,44 @@ def check_entry(entry: Mapping) -> list[str]:
     return names
 
 
+def root_only(backend: str) -> bool:
+    """Whether only root may load `backend` at run time (its `ROOT_ONLY`)."""
+    return bool(getattr(_module(backend), "ROOT_ONLY", False))
+
+
+def entry_for_name(name: str) -> dict | None:
+    """The `[[subsystem]]` table a `mkdir MOUNT/<name>` loads, or None.
+
+    The backend is the longest registered name that `name` extends by a dot
+    (`linux.block.sdb` -> `linux.block`); it decides through its
+    `settings_for_name` whether the rest names something it can serve.
+    """
+    known, _ = registered()
+    for backend in sorted(known, key=len, reverse=True):
+        if not name.startswith(backend + "."):
+            continue
+        derive = getattr(known[backend].load(), "settings_for_name", None)
+        settings = derive(name) if callable(derive) else None
+        if settings is not None:
+            return {"backend": backend, **settings}
+    return None
+
+
+def restore_orphans(state_dir) -> dict[str, str]:
+    """Put back every ledger original whose owner is gone (`linux_common.recover`).
+
+    For a remembered subsystem that cannot be built (its backend uninstalled):
+    the knobs it touched before the crash or umount still get their originals.
+    Entries of live subsystems are left alone.
+    """
+    from .linux_common import Ledger, recover
+
+    ledger = Ledger(state_dir, create=False)
+    if not ledger.directory.is_dir():
+        return {}
+    return recover(ledger)
+
+
 def create_subsystems(entries: tuple[dict, ...] | list[dict],
                       state_dir: str | None = None) -> list[Subsystem]:
     """Build every configured subsystem; names must be unique.
@@ -186,4 +230,4 @@ def create_subsystems(entries: tuple[dict, ...] | list[dict],
 
 __all__ = ["BackendImportError", "Knob", "Objective", "Registered", "Sample", "SettingError",
            "Subsystem", "check_entry", "create_subsystems", "describe_backends",
-           "listing_text", "registered"]
+           "entry_for_name", "listing_text", "registered", "restore_orphans", "root_only"]

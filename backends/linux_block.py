@@ -329,6 +329,14 @@ def check(settings: dict) -> tuple[dict, list[str]]:
     return kwargs, names
 
 
+def settings_for_name(name: str) -> dict | None:
+    """`mkdir MOUNT/linux.block.<dev>`: the settings serving that one disk."""
+    device = name.removeprefix("linux.block.")
+    if device == name or not DEVICE_NAME.fullmatch(device):
+        return None
+    return {"devices": [device]}
+
+
 def factory(settings: dict) -> list[LinuxBlock]:
     """`[[subsystem]] backend = "linux.block"`: one subsystem per device."""
     kwargs, _ = check(settings)

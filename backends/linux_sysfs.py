@@ -385,6 +385,8 @@ DESCRIPTION = ("a subsystem declared in configuration: any sysctl, sysfs or cgro
 defaults_from(SETTINGS, DeclaredSubsystem.__init__)
 #: the factory wants the state directory (the ledger of original knob values)
 USES_STATE_DIR = True
+#: it writes whatever files its declaration names: a run-time load is root's alone
+ROOT_ONLY = True
 
 
 def check(settings: dict) -> tuple[dict, list[str]]:

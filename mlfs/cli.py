@@ -231,7 +231,10 @@ def collect_status(mountpoint: Path) -> dict:
                  "subsystems": {}}
     for sub in sorted(p for p in mountpoint.iterdir() if (p / "info").exists()):
         info = json.loads(_read(sub / "info", "{}"))
-        entry = {"backend": info.get("backend"), "objective": _read(sub / "objective"),
+        entry = {"backend": info.get("backend"),
+                 # config (the configuration file) or load (MOUNT/control, mkdir)
+                 "source": info.get("source", "config"),
+                 "objective": _read(sub / "objective"),
                  "knobs": {k: _read(sub / "knobs" / k) for k in info.get("knobs", {})},
                  "portions": len(list((sub / "dataset").glob("*.parquet"))), "models": {}}
         for model in sorted((sub / "models").iterdir()):

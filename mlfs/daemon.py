@@ -9,7 +9,6 @@ call `pyfuse3.terminate()`; blocked event readers are woken with end of file.
 from __future__ import annotations
 
 import errno
-import json
 import logging
 import os
 import signal
@@ -20,13 +19,15 @@ from pathlib import Path
 import pyfuse3
 import trio
 
+import mlfs.backends
 from mlfs.backends import SettingError, create_subsystems, describe_backends, listing_text
 
 from . import __version__, runfile
 from .config import Config
 from .core import metrics, statedir
-from .core.durable import write_durably
-from .core.exchange import Exchange
+from .core.errors import error_line
+from .core.exchange import CONFIG, LOADED, Exchange
+from .core.loading import read_remembered
 from .fs.operations import Operations
 from .http import serve_metrics
 
@@ -143,20 +144,51 @@ def sd_notify(state: str) -> bool:
         return False
 
 
-def keep_info(exchange: Exchange, state_dir: Path) -> None:
-    """STATE/<subsystem>/info.json: what `info` says, for `mlfs report STATE` after umount.
+def keep_info(exchange: Exchange) -> None:
+    """Every subsystem's info.json (`SubsystemRuntime.keep_info`)."""
+    for runtime in exchange.runtimes.values():
+        runtime.keep_info()
 
-    The objective's name, unit and goal and the knobs' types are not in the
-    Parquet portions; without them a report of an unmounted run could not
-    tell better from worse.  Best effort: a failure is logged, never fatal.
+
+def remembered_subsystems(state_dir: Path, configured: set[str]
+                          ) -> tuple[list, list[str]]:
+    """The subsystems loaded at run time before (STATE/loaded.json), built again.
+
+    The configuration wins a name clash (the remembered load is skipped).  A
+    remembered load that cannot be built (its backend uninstalled, a device
+    gone) never blocks the mount: it is reported (log, MOUNT/errors), kept
+    for a later mount, and the ledger's originals of every knob no live
+    subsystem owns are put back.
     """
-    for name, runtime in exchange.runtimes.items():
+    built, problems = [], []
+    orphaned = False
+    for item in read_remembered(state_dir):
+        if item.name in configured or any(s.name == item.name for s in built):
+            problems.append(f"remembered load of {item.name!r} skipped: the configuration "
+                            "serves that name")
+            log.warning("%s", problems[-1])
+            continue
         try:
-            (state_dir / name).mkdir(parents=True, exist_ok=True)
-            write_durably(state_dir / name / "info.json",
-                          (json.dumps(runtime.info(), indent=2) + "\n").encode())
+            subsystems = create_subsystems([item.entry], state_dir)
+            if [s.name for s in subsystems] != [item.name]:
+                for subsystem in subsystems:
+                    subsystem.close()
+                raise SettingError("name", f"the settings now make "
+                                   f"{[s.name for s in subsystems]}")
+        except Exception as exc:  # a plugin's constructor: anything may happen
+            orphaned = True
+            problems.append(f"remembered load of {item.name!r} (backend "
+                            f"{item.entry.get('backend')!r}) not served: {exc}")
+            log.error("%s", problems[-1])
+            continue
+        log.info("%s: loaded again (remembered in %s)", item.name, statedir.LOADED_FILE)
+        built.extend(subsystems)
+    if orphaned:
+        try:
+            mlfs.backends.restore_orphans(state_dir)
         except OSError as exc:
-            log.warning("%s: cannot keep info.json: %s", name, exc.strerror or exc)
+            log.error("ledger: originals not restored: %s", exc)
+    return built, problems
 
 
 def serve(mountpoint: Path, config: Config, state_dir: Path, ready_fd: int | None = None) -> int:
@@ -184,11 +216,16 @@ def serve(mountpoint: Path, config: Config, state_dir: Path, ready_fd: int | Non
     except SettingError as exc:  # e.g. a plugin's subsystem the core cannot serve
         log.error("configuration: %s", exc)
         return 2
-    exchange = Exchange(config, state_dir, subsystems)
+    loaded, problems = remembered_subsystems(state_dir, {s.name for s in subsystems})
+    sources = {s.name: CONFIG for s in subsystems} | {s.name: LOADED for s in loaded}
+    exchange = Exchange(config, state_dir, subsystems + loaded, backends=mlfs.backends,
+                        sources=sources)
+    for problem in problems:  # shown in MOUNT/errors as a refused root command is
+        exchange.root_errors.append(error_line("loaded.json", problem, "(at mount)"))
     backends, problems = describe_backends()
     for problem in problems:
         log.warning("%s", problem)  # a plugin that fails to import never stops the mount
-    keep_info(exchange, state_dir)
+    keep_info(exchange)
     ops = Operations(exchange, version_text=f"mlfs {__version__}\n",
                      metrics=lambda: metrics.render(exchange),
                      gid=_group_id(config.mount.group),

@@ -360,7 +360,9 @@ def render(status: dict, color: bool = False, width: int | None = None) -> str:
         tick = f"tick {sub['tick']}  ·  " if sub.get("tick", -1) >= 0 else ""
         critical = "  " + paint("CRITICAL", "emergency") if sub.get("critical") else ""
         out.append("")
-        out.append(_clip(f"{paint(name, 'bold')}  {sub['backend']}  ·  {tick}{obj_text}  ·  "
+        origin = "loaded" if sub.get("source") == "load" else "configured"
+        out.append(_clip(f"{paint(name, 'bold')}  {sub['backend']} ({origin})  ·  "
+                         f"{tick}{obj_text}  ·  "
                          f"{sub['portions']} portions{critical}", width))
         defaults = sub.get("knob_defaults", {})
         knobs = []

@@ -223,3 +223,14 @@ class EventBus:
         self.closed = True
         for sub in list(self._subscribers):
             sub.close()
+
+    def close_subsystem(self, subsystem: str) -> None:
+        """An unloaded subsystem: its readers get what is left, then end of file.
+
+        Its log is dropped, so the same name loaded again starts a fresh
+        stream (an old reader's cursor never meets the new one's numbers).
+        """
+        for sub in list(self._subscribers):
+            if sub.subsystem == subsystem:
+                sub.close()
+        self._logs.pop(subsystem, None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import errno
+import json
 import logging
 import math
 import os
@@ -38,9 +39,10 @@ from .clock import now_us, rfc3339
 from .durable import fsync_dir, set_aside, write_durably
 from .errors import Refused, error_line, invalid
 from .events import EventBus
+from .loading import Load, Remembered, parse_command, read_remembered, write_remembered
 from .proxy import ERRORS_KEPT, OPERATOR_PIN, OPERATOR_RELEASE, Decision, ModelProxy
 from .readers import ReaderAccounts
-from .statedir import read_word, subsystem_dir
+from .statedir import read_word, subsystem_dir, subsystem_name_problem
 from .store import Portion, PortionStore, StoreWatch, errno_name
 from .text import decode_text, escape_input, one_word, parse_float
 
@@ -53,7 +55,11 @@ _NEW_PREFIX = ".new-"
 MODEL_SETTINGS = "model.json"
 #: in the state directory while the operator's mount-wide emergency pin holds
 EMERGENCY_PIN_FILE = "emergency_pinned"
-ROOT_COMMANDS = "emergency, auto"
+ROOT_COMMANDS = "load, unload, emergency, auto"
+#: how long unload waits for a blocking step in flight (seconds, or two ticks)
+UNLOAD_STEP_WAIT = 10.0
+#: where a subsystem came from: the configuration file or a run-time `load`
+CONFIG, LOADED = "config", "load"
 
 
 @dataclass
@@ -69,10 +75,17 @@ class TickPlan:
 class SubsystemRuntime:
     """One subsystem as the proxy runs it."""
 
-    def __init__(self, exchange: Exchange, subsystem: Subsystem) -> None:
+    def __init__(self, exchange: Exchange, subsystem: Subsystem, source: str = CONFIG) -> None:
         self.exchange = exchange
         self.subsystem = subsystem
         self.name = subsystem.name
+        #: `config` or `load` (shown in `info` and by `mlfs status`)
+        self.source = source
+        #: set while unloading: no new model, no seal from the seal loop
+        self.unloading = False
+        #: the tick loop's scope (cancelled by unload) and its end
+        self.loop_scope = trio.CancelScope()
+        self.loop_done = trio.Event()
         self.directory = subsystem_dir(exchange.state_dir, subsystem.name)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.feature_columns = {column_name(n): t for n, t in subsystem.features.items()}
@@ -145,6 +158,7 @@ class SubsystemRuntime:
         sub = self.subsystem
         return {
             "backend": sub.backend,
+            "source": self.source,
             "abi": ABI_VERSION,
             "description": sub.description,
             "tick_seconds": sub.tick_seconds,
@@ -182,6 +196,8 @@ class SubsystemRuntime:
         """
         if not NAME.fullmatch(name):
             raise invalid(f"model name {name!r} is not [a-z0-9][a-z0-9._-]{{0,63}}")
+        if self.unloading:
+            raise Refused(errno.ENODEV, f"subsystem {self.name!r} is being unloaded")
         if name in self.models:
             raise Refused(errno.EEXIST, f"model {name!r} exists")
         limit = self.exchange.config.mount.max_models
@@ -352,6 +368,19 @@ class SubsystemRuntime:
         os.replace(tmp, self._tick_path)
         self._reserved = upto
 
+    def keep_info(self) -> None:
+        """STATE/<subsystem>/info.json: what `info` says, for `mlfs report STATE` after umount.
+
+        The objective's name, unit and goal and the knobs' types are not in the
+        Parquet portions; without them a report of an unmounted run could not
+        tell better from worse.  Best effort: a failure is logged, never fatal.
+        """
+        try:
+            write_durably(self.directory / "info.json",
+                          (json.dumps(self.info(), indent=2) + "\n").encode())
+        except OSError as exc:
+            log.warning("%s: cannot keep info.json: %s", self.name, exc.strerror or exc)
+
     def close(self) -> None:
         for proxy in self.models.values():
             proxy.journal.close()
@@ -368,8 +397,12 @@ def _remove_durably(path: Path) -> None:
 class Exchange:
     """All subsystems of one mount, the event bus and the counters."""
 
-    def __init__(self, config, state_dir: Path, subsystems: list[Subsystem]) -> None:
+    def __init__(self, config, state_dir: Path, subsystems: list[Subsystem],
+                 backends=None, sources: dict[str, str] | None = None) -> None:
         self.config = config
+        #: the backend registry (`mlfs.backends`: check_entry, create_subsystems,
+        #: root_only, entry_for_name); None serves no run-time load
+        self.backends = backends
         self.state_dir = Path(state_dir)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.bus = EventBus()
@@ -384,13 +417,19 @@ class Exchange:
         #: read before any model exists, so every model starts under it
         self.emergency_pinned = (self.state_dir / EMERGENCY_PIN_FILE).exists()
         self._control_lock = trio.Lock()
+        #: one load/unload at a time; apart from `_control_lock`, so a backend's
+        #: slow (or hung) constructor never delays the emergency switch
+        self._load_lock = trio.Lock()
         if self.emergency_pinned:
             log.warning("the operator's emergency pin holds (%s): every model stays in "
                         "emergency until `echo auto > MOUNT/control`", EMERGENCY_PIN_FILE)
         self.runtimes: dict[str, SubsystemRuntime] = {}
         for sub in subsystems:
-            self.runtimes[sub.name] = SubsystemRuntime(self, sub)
+            source = (sources or {}).get(sub.name, CONFIG)
+            self.runtimes[sub.name] = SubsystemRuntime(self, sub, source)
         self._stopping = False
+        #: the exchange's nursery once run() started: loaded tick loops start in it
+        self._nursery: trio.Nursery | None = None
 
     def new_generation(self) -> int:
         self._generation += 1
@@ -508,17 +547,24 @@ class Exchange:
             raise proxy.refuse("control", data, exc) from None
 
     # ---- the root control file: the operator's switches -------------------------
-    async def root_control(self, data: bytes) -> None:
-        """`MOUNT/control`: `emergency` pins every model, `auto` releases them.
+    async def root_control(self, data: bytes, uid: int = 0) -> None:
+        """`MOUNT/control`: load/unload subsystems; `emergency`/`auto` for every model.
 
         A refused command changes nothing and leaves a line in the root
         `errors`, a counter and a log line, as a model's refusals do.  One
         command at a time: the record on disk follows the order of the writes.
+        `uid` is the writer's (taken when it opened the file).
         """
         try:
             words = decode_text(data).split()
             if words and words[0] in ("load", "unload"):
-                raise invalid(f"{words[0]}: load/unload not supported yet")
+                command = parse_command(words)
+                async with self._load_lock:
+                    if isinstance(command, Load):
+                        await self.load(command.entry, uid)
+                    else:
+                        await self.unload(command.name)
+                return
             if len(words) != 1 or words[0] not in ("emergency", "auto"):
                 shown = " ".join(words) or "(nothing)"
                 raise invalid(f"unknown command {shown[:64]!r} ({ROOT_COMMANDS})")
@@ -528,11 +574,199 @@ class Exchange:
                 else:
                     await self.release_emergency()
         except Refused as exc:
-            shown = escape_input(data)
-            self.root_errors.append(error_line("control", exc.reason, shown))
-            self.count_error("", "control")
-            log.warning("control refused (%s): %s", exc.reason, shown)
+            self.refuse_root("control", exc, escape_input(data))
             raise
+
+    def refuse_root(self, file: str, exc: Refused, shown: str) -> None:
+        """A refused root command: a line in MOUNT/errors, a counter, a log line."""
+        self.root_errors.append(error_line(file, exc.reason, shown))
+        self.count_error("", file)
+        log.warning("%s refused (%s): %s", file, exc.reason, shown)
+
+    # ---- run-time loading (the modprobe model) ---------------------------------
+    async def load(self, entry: dict, uid: int) -> SubsystemRuntime:
+        """Check a [[subsystem]] table whole, build it off-thread, serve it.
+
+        Nothing changes until every check passed: backend known (and root's
+        alone for a ROOT_ONLY backend), settings known and well typed, exactly
+        one subsystem with a valid, free name.  The backend's constructor may
+        touch the kernel (the ledger of originals, reading sysfs), so it runs
+        in a worker thread.  The load is remembered durably before it is
+        served; if it cannot be, the subsystem is closed again (its knobs
+        restored) and the writer gets the errno.
+        """
+        backends = self.backends
+        if backends is None or self._nursery is None:
+            raise Refused(errno.EAGAIN, "run-time loading is not available on this mount")
+        backend = entry["backend"]
+        try:
+            if await trio.to_thread.run_sync(backends.root_only, backend) and uid != 0:
+                raise Refused(errno.EPERM, f"backend {backend!r} writes the files its "
+                              "settings name: only root may load it")
+            names = await trio.to_thread.run_sync(backends.check_entry, entry)
+        except backends.SettingError as exc:
+            raise invalid(str(exc)) from None
+        if len(names) != 1:
+            raise invalid(f"load makes one subsystem at a time; these settings make "
+                          f"{len(names)} ({', '.join(names[:8]) or 'none'})")
+        name = names[0]
+        self._check_free(name)
+        try:
+            built = await trio.to_thread.run_sync(backends.create_subsystems, [entry],
+                                                  self.state_dir)
+        except backends.SettingError as exc:
+            raise invalid(str(exc)) from None
+        except OSError as exc:
+            raise Refused(exc.errno or errno.EIO,
+                          f"{name}: not built: {exc.strerror or exc}") from None
+        except Exception as exc:  # a plugin's constructor: anything may happen
+            log.exception("%s: backend %s failed to build it", name, backend)
+            raise invalid(f"{name}: backend {backend!r} failed: "
+                          f"{type(exc).__name__}: {exc}") from None
+        subsystem = built[0]
+        try:
+            if subsystem.name != name:
+                raise invalid(f"backend {backend!r} built {subsystem.name!r}, not {name!r}")
+            remembered = read_remembered(self.state_dir)
+            remembered = [r for r in remembered if r.name != name]
+            remembered.append(Remembered(name, dict(entry)))
+            try:
+                await trio.to_thread.run_sync(write_remembered, self.state_dir, remembered)
+            except OSError as exc:
+                raise Refused(exc.errno or errno.EIO, f"{name}: not loaded: it cannot be "
+                              f"remembered ({exc.strerror or exc} in the state directory)"
+                              ) from None
+            runtime = self.serve(subsystem, LOADED)
+            await trio.to_thread.run_sync(runtime.keep_info)
+        except BaseException:
+            await trio.to_thread.run_sync(subsystem.close)  # its knobs restored
+            raise
+        log.warning("%s: loaded (backend %s, %s)", name, backend,
+                    " ".join(f"{k}={v!r}" for k, v in entry.items() if k != "backend"))
+        return runtime
+
+    def _check_free(self, name: str) -> None:
+        problem = subsystem_name_problem(name)
+        if problem:
+            raise invalid(problem)
+        if name in self.runtimes:
+            raise Refused(errno.EEXIST, f"subsystem {name!r} is served already "
+                          f"({self.runtimes[name].source})")
+
+    def serve(self, subsystem: Subsystem, source: str) -> SubsystemRuntime:
+        """A built subsystem joins the mount: its runtime, its tick loop, its event."""
+        self._check_free(subsystem.name)
+        runtime = SubsystemRuntime(self, subsystem, source)
+        self.runtimes[runtime.name] = runtime
+        self._nursery.start_soon(self._tick_loop, runtime)
+        self.bus.publish(runtime.name, "subsystem", action="loaded", source=source)
+        return runtime
+
+    async def unload(self, name: str) -> None:
+        """Stop its ticks, its models, seal, restore its knobs, then let it go.
+
+        Its tick loop ends first (a blocking step in flight finishes; one that
+        does not return within UNLOAD_STEP_WAIT refuses the unload with EBUSY
+        and ticks resume once it returns), then the remembered load is
+        forgotten: if that cannot be written, ticks resume and the unload is
+        refused with its errno.  From there on nothing can fail.  A configured
+        subsystem is only gone until the next mount.  Its directory stays
+        visible until its knobs are restored; its portions stay.
+        """
+        runtime = self.runtimes.get(name)
+        if runtime is None:
+            raise Refused(errno.ENOENT, f"no subsystem {name!r}")
+        if runtime.unloading:
+            raise Refused(errno.EBUSY, f"{name}: its backend's step has not returned yet")
+        runtime.unloading = True
+        runtime.loop_scope.cancel()
+        wait = max(UNLOAD_STEP_WAIT, 2 * runtime.subsystem.tick_seconds)
+        with trio.move_on_after(wait):
+            await runtime.loop_done.wait()
+        if not runtime.loop_done.is_set():
+            self._nursery.start_soon(self._resume_ticks, runtime)
+            raise Refused(errno.EBUSY, f"{name}: not unloaded: its backend's step has not "
+                          f"returned for {wait:g} s (ticks resume once it does)")
+        remembered = read_remembered(self.state_dir)
+        if any(r.name == name for r in remembered):
+            try:
+                await trio.to_thread.run_sync(
+                    write_remembered, self.state_dir, [r for r in remembered if r.name != name])
+            except OSError as exc:
+                self._nursery.start_soon(self._resume_ticks, runtime)
+                raise Refused(exc.errno or errno.EIO, f"{name}: not unloaded: the record "
+                              f"cannot be updated ({exc.strerror or exc})") from None
+        for proxy in list(runtime.models.values()):
+            try:
+                proxy.stop()
+            except Exception:
+                log.exception("%s/%s: stop at unload failed", name, proxy.name)
+        await self._seal_runtime(runtime)
+        for proxy in runtime.models.values():
+            proxy.journal.close()
+            proxy.feedback.close()
+        runtime.dataset.close()
+        try:
+            await trio.to_thread.run_sync(runtime.subsystem.close)  # restores its knobs
+        except Exception:
+            log.exception("%s: close at unload failed", name)
+        del self.runtimes[name]
+        log.warning("%s: unloaded (it came from %s)", name, runtime.source)
+        self.bus.publish(name, "subsystem", action="unloaded", source=runtime.source)
+        self.bus.close_subsystem(name)
+
+    async def mkdir_subsystem(self, name: str, uid: int) -> None:
+        """`mkdir MOUNT/<name>`: load the backend that derives everything from the name."""
+        try:
+            if self.backends is None:
+                raise Refused(errno.EPERM, "run-time loading is not available on this mount")
+            problem = subsystem_name_problem(name)
+            if problem:
+                raise invalid(problem)
+            try:
+                entry = await trio.to_thread.run_sync(self.backends.entry_for_name, name)
+            except self.backends.SettingError as exc:
+                raise invalid(str(exc)) from None
+            if entry is None:
+                raise Refused(errno.EPERM, f"no backend serves {name!r} from its name "
+                              "alone (`load <backend> key=value ...` on MOUNT/control)")
+            async with self._load_lock:
+                await self.load(entry, uid)
+        except Refused as exc:
+            self.refuse_root("mkdir", exc, escape_input(name.encode()))
+            raise
+
+    async def rmdir_subsystem(self, name: str) -> None:
+        """`rmdir MOUNT/<name>`: unload it (as `unload <name>`)."""
+        try:
+            async with self._load_lock:
+                await self.unload(name)
+        except Refused as exc:
+            self.refuse_root("rmdir", exc, escape_input(name.encode()))
+            raise
+
+    async def _resume_ticks(self, runtime: SubsystemRuntime) -> None:
+        """A refused unload: once its old tick loop ended, the subsystem ticks again."""
+        await runtime.loop_done.wait()
+        runtime.loop_scope = trio.CancelScope()
+        runtime.loop_done = trio.Event()
+        runtime.unloading = False
+        log.warning("%s: ticks resume (the unload was refused)", runtime.name)
+        await self._tick_loop(runtime)
+
+    async def _seal_runtime(self, runtime: SubsystemRuntime) -> None:
+        for store in runtime.stores():
+            while store.sealing:
+                await trio.sleep(0.005)
+            try:
+                store.flush_wal()
+            except Exception:
+                log.exception("%s: WAL flush at unload", store.directory)
+            while store.due(math.inf) and store.error is None:
+                before = store.waiting
+                await self.seal(store)
+                if store.waiting >= before:
+                    break
 
     async def pin_emergency(self) -> None:
         """Every model of every subsystem to emergency, now and until released.
@@ -589,12 +823,20 @@ class Exchange:
     # ---- the loops --------------------------------------------------------------
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
+            self._nursery = nursery
             for runtime in self.runtimes.values():
                 nursery.start_soon(self._tick_loop, runtime)
             nursery.start_soon(self._seal_loop)
             task_status.started()
 
     async def _tick_loop(self, runtime: SubsystemRuntime) -> None:
+        try:
+            with runtime.loop_scope:
+                await self._ticks(runtime)
+        finally:
+            runtime.loop_done.set()
+
+    async def _ticks(self, runtime: SubsystemRuntime) -> None:
         period = runtime.subsystem.tick_seconds
         deadline = trio.current_time()
         while not self._stopping:
@@ -636,6 +878,8 @@ class Exchange:
         while True:
             now = time.monotonic()
             for runtime in list(self.runtimes.values()):
+                if runtime.unloading:  # unload seals it itself
+                    continue
                 for store in list(runtime.watch.dirty):
                     try:
                         store.flush_wal()

@@ -34,6 +34,8 @@ from .durable import set_aside, write_durably
 log = logging.getLogger("mlfs.state")
 
 FORMAT_FILE = "format"
+#: the subsystems loaded at run time (`load` on MOUNT/control), re-created at mount
+LOADED_FILE = "loaded.json"
 #: the layout this mlfs writes
 FORMAT_VERSION = 2
 
@@ -41,7 +43,7 @@ FORMAT_VERSION = 2
 #: state directory's own entries, which a subsystem directory would clash with
 RESERVED = frozenset({
     "version", "events", "metrics", "control", "errors", "backends", "host",
-    "ledger", FORMAT_FILE, "mlfs.log", "mlfs.pid",
+    "ledger", FORMAT_FILE, LOADED_FILE, "mlfs.log", "mlfs.pid",
 })
 
 

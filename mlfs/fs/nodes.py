@@ -88,10 +88,12 @@ class Attr(Node):
 
     def __init__(self, tree: Tree, name: str, parent: Dir, read: ReadFn | None = None,
                  write: WriteFn | None = None, *, owner_file: str | None = None,
-                 buffered: bool = False) -> None:
+                 buffered: bool = False, caller: bool = False) -> None:
         super().__init__(tree, name, parent)
         self.read = read
         self.write = write
+        #: `write` takes the writer's uid too (recorded at open: write has no ctx)
+        self.caller = caller
         #: the writes of a buffered attribute (policy) are committed on close
         self.buffered = buffered
 
@@ -218,6 +220,7 @@ class ModelsDir(Dir):
 class SubsystemDir(Dir):
     def __init__(self, tree: Tree, parent: Dir, runtime: SubsystemRuntime) -> None:
         super().__init__(tree, runtime.name, parent)
+        self.runtime = runtime
         ops = tree.actions
         self.add(Attr(tree, "info", self, read=lambda: _json(runtime.info())))
         self.add(Attr(tree, "control", self, write=lambda d: ops.control(runtime, d)))
@@ -229,6 +232,40 @@ class SubsystemDir(Dir):
         self.add(EventsFile(tree, "events", self, runtime.name))
         self.add(PortionDir(tree, "dataset", self, runtime.dataset))
         self.add(ModelsDir(tree, self, runtime))
+
+    def alive(self) -> bool:
+        """Served while its runtime is: after an unload every node under it is gone."""
+        return self.tree.exchange.runtimes.get(self.name) is self.runtime
+
+
+class RootDir(Dir):
+    """The mount's root: its own files, then one directory per served subsystem.
+
+    Subsystems come and go at run time (load/unload, mkdir/rmdir): a
+    directory node is made the first time its runtime is seen and dropped
+    when the runtime is gone (its inodes stay dead, never reused).  Nothing
+    is invalidated from here (FUSE-NOTES): the kernel learns of a removal by
+    ENOENT on its next lookup, within the entry timeout.
+    """
+
+    def __init__(self, tree: Tree) -> None:
+        super().__init__(tree, "", None)
+        self._subsystems: dict[str, SubsystemDir] = {}
+
+    def mode(self) -> int:
+        return stat.S_IFDIR | (0o775 if self.tree.group_writable else 0o755)
+
+    def children(self) -> dict[str, Node]:
+        runtimes = self.tree.exchange.runtimes
+        for name in [n for n, d in self._subsystems.items() if runtimes.get(n) is not d.runtime]:
+            self._subsystems.pop(name)
+        out: dict[str, Node] = dict(self.fixed)
+        for name, runtime in runtimes.items():
+            node = self._subsystems.get(name)
+            if node is None:
+                node = self._subsystems[name] = SubsystemDir(self.tree, self, runtime)
+            out[name] = node
+        return out
 
 
 def _knob_reader(runtime: SubsystemRuntime, name: str) -> ReadFn:
@@ -253,17 +290,17 @@ class Tree:
         self.started_ns = started_ns
         self.inodes: dict[int, Node] = {}
         self._next_ino = itertools.count(1)  # 1 is pyfuse3.ROOT_INODE
-        self.root = Dir(self, "", None)
+        self.root = RootDir(self)
         self.root.add(Attr(self, "version", self.root, read=lambda: version_text))
         self.root.add(EventsFile(self, "events", self.root, None))
         self.root.add(Attr(self, "metrics", self.root, read=metrics))
         # computed once by the daemon before the mount (listing imports every backend)
         self.root.add(Attr(self, "backends", self.root, read=lambda: backends_text))
         # the operator's switches (SPEC 7): write-only 0200 (0220 with a group)
-        self.root.add(Attr(self, "control", self.root, write=actions.root_control))
+        self.root.add(Attr(self, "control", self.root, write=actions.root_control,
+                           caller=True))
         self.root.add(Attr(self, "errors", self.root, read=exchange.root_errors_text))
-        for runtime in exchange.runtimes.values():
-            self.root.add(SubsystemDir(self, self.root, runtime))
+        self.root.children()  # the configured subsystems get the first inodes
 
     def register(self, node: Node) -> int:
         ino = next(self._next_ino)

@@ -33,6 +33,8 @@ from .nodes import (
     ModelsDir,
     Node,
     PortionFile,
+    RootDir,
+    SubsystemDir,
     Tree,
 )
 from .parking import Parking
@@ -126,7 +128,8 @@ class Handle:
     #: a slice-able read-only mapping of the portion (shared per inode), or None
     view: memoryview | None = None
     subscriber: Subscriber | None = None
-    #: who opened an events file: the parked read watches `pid`, `uid` is charged
+    #: who opened: an events file's parked read watches `pid` and charges `uid`;
+    #: the root `control` checks `uid` (pyfuse3's write() has no ctx)
     pid: int = 0
     uid: int = 0
     nonblock: bool = False
@@ -189,9 +192,9 @@ class Operations(pyfuse3.Operations):
             log.warning("%s/control refused: %s", runtime.name, exc.reason)
             raise
 
-    async def root_control(self, data: bytes) -> None:
+    async def root_control(self, data: bytes, uid: int) -> None:
         """MOUNT/control; the exchange records a refusal in the root `errors`."""
-        await self.exchange.root_control(data)
+        await self.exchange.root_control(data, uid)
 
     async def model_control(self, proxy: ModelProxy, data: bytes) -> None:
         await self.exchange.model_control(proxy, data)
@@ -296,6 +299,13 @@ class Operations(pyfuse3.Operations):
     @_guard
     async def mkdir(self, parent_inode, name, mode, ctx):
         parent = self._node(parent_inode)
+        if isinstance(parent, RootDir):
+            text = os.fsdecode(name)
+            await self.exchange.mkdir_subsystem(text, ctx.uid)
+            node = parent.lookup(text)
+            if node is None:  # unloaded again before this reply
+                raise pyfuse3.FUSEError(errno.ENOENT)
+            return self._attrs(node)
         if not isinstance(parent, ModelsDir):
             raise pyfuse3.FUSEError(errno.EPERM)
         parent.runtime.create_model(os.fsdecode(name))
@@ -305,6 +315,9 @@ class Operations(pyfuse3.Operations):
     async def rmdir(self, parent_inode, name, ctx):
         parent = self._node(parent_inode)
         text = os.fsdecode(name)
+        if isinstance(parent, RootDir) and isinstance(parent.lookup(text), SubsystemDir):
+            await self.exchange.rmdir_subsystem(text)
+            return
         if not isinstance(parent, ModelsDir):
             if isinstance(parent, Dir) and parent.lookup(text) is not None:
                 raise pyfuse3.FUSEError(errno.EPERM)
@@ -370,7 +383,7 @@ class Operations(pyfuse3.Operations):
         assert isinstance(node, Attr)
         if (wants_write and node.write is None) or (wants_read and node.read is None):
             raise pyfuse3.FUSEError(errno.EACCES)
-        handle = Handle(node, truncated=bool(flags & os.O_TRUNC))
+        handle = Handle(node, truncated=bool(flags & os.O_TRUNC), uid=ctx.uid)
         if wants_read:
             content = node.read()
             handle.snapshot = content.encode() if isinstance(content, str) else bytes(content)
@@ -468,7 +481,10 @@ class Operations(pyfuse3.Operations):
             handle.buffer[off:end] = buf
             handle.dirty = True
             return len(buf)
-        await node.write(bytes(buf))
+        if node.caller:
+            await node.write(bytes(buf), handle.uid)
+        else:
+            await node.write(bytes(buf))
         return len(buf)
 
     async def _commit(self, handle: Handle) -> None:

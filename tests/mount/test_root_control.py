@@ -77,7 +77,7 @@ def test_root_control_and_errors_have_sysfs_modes(two):
     assert stat.S_IMODE(errors.st_mode) == 0o444
     assert (two.mountpoint / "errors").read_text() == ""
     assert sorted(p.name for p in two.mountpoint.iterdir()) == [
-        "control", "errors", "events", "metrics", "sim.a", "sim.b", "version"]
+        "backends", "control", "errors", "events", "metrics", "sim.a", "sim.b", "version"]
 
 
 def test_emergency_pins_every_model_of_both_subsystems_and_auto_releases_them(two):
@@ -146,12 +146,12 @@ def test_nobody_cannot_pull_the_switch(two):
 
 
 BAD_COMMANDS = [
-    (b"reboot\n", "unknown command 'reboot' (emergency, auto)", "reboot"),
+    (b"reboot\n", "unknown command 'reboot' (load, unload, emergency, auto)", "reboot"),
     (b"emergency now\n", "unknown command 'emergency now'", "emergency now"),
     (b"\n", "unknown command '(nothing)'", ""),
-    (b"load sim.readahead name=sim3\n", "load: load/unload not supported yet",
-     "load sim.readahead name=sim3"),
-    (b"unload sim.a\n", "unload: load/unload not supported yet", "unload sim.a"),
+    (b"load sim.readahead name=sim3 seed=[1\n", "seed: '[1' is neither a TOML value",
+     "load sim.readahead name=sim3 seed=[1"),
+    (b"unload\n", "unload takes one subsystem name", "unload"),
     (b"emerg\xffency\n", "input is not ASCII text", "emerg\\xffency"),
 ]
 

@@ -1,0 +1,360 @@
+"""Run-time loading (SPEC §7, the modprobe model): load/unload on MOUNT/control, mkdir/rmdir.
+
+Real mounts, real loop devices, real kernel files: a loaded `linux.block`
+subsystem changes the device's read_ahead_kb through a model, and unloading
+puts the original back before its directory disappears; loads are
+remembered across umount and SIGKILL; every refusal has its errno and a
+reason in MOUNT/errors and changes nothing.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shlex
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import (
+    FAST_CONFIG,
+    REPO,
+    EventStream,
+    Mount,
+    mlfs_command,
+    sh,
+    wait_for,
+    write_errno,
+)
+from tests.mount.test_linux_safety import read_ahead, recommend
+from tests.mount.test_storage_faults import fill, tmpfs
+
+NOBODY = "setpriv --reuid=nobody --regid=nogroup --clear-groups"
+APPLY = "apply={read_ahead_kb=[16,4096]}"
+
+
+def block_load(device: str) -> bytes:
+    return (f'load linux.block devices=["{device}"] tick_seconds=0.1 measure_seconds=0.05 '
+            f"{APPLY}\n").encode()
+
+
+def control(m: Mount, command: str | bytes) -> int:
+    data = command.encode() if isinstance(command, str) else command
+    return write_errno(m.mountpoint / "control", data)
+
+
+def errors(m: Mount) -> list[str]:
+    return (m.mountpoint / "errors").read_text().splitlines()
+
+
+def ticks(m: Mount, subsystem: str) -> int:
+    line = f'mlfs_ticks_total{{subsystem="{subsystem}"}} '
+    for text in (m.mountpoint / "metrics").read_text().splitlines():
+        if text.startswith(line):
+            return int(float(text.split()[-1]))
+    raise AssertionError(f"no {line!r} in metrics")
+
+
+def portions(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.glob("*.parquet"))
+
+
+def test_loaded_block_device_is_driven_then_unload_restores_it_and_removes_the_dir(mount, loop):
+    original = read_ahead(loop)
+    name = f"linux.block.{loop}"
+    with EventStream(mount.mountpoint / "events") as events:
+        assert control(mount, block_load(loop)) == 0
+        loaded = events.wait_for(lambda e: e["event"] == "subsystem", what="loaded")
+        assert (loaded["subsystem"], loaded["action"], loaded["source"]) == (name, "loaded", "load")
+        assert name in os.listdir(mount.mountpoint)
+        assert json.loads((mount.mountpoint / name / "info").read_text())["source"] == "load"
+        recommend(mount, loop, 1024)
+        wait_for(lambda: read_ahead(loop) == "1024", what="the recommendation applied")
+        assert control(mount, f"unload {name}\n") == 0
+        # restored before the write returned, and the directory is gone with it
+        assert read_ahead(loop) == original
+        assert name not in os.listdir(mount.mountpoint)
+        # a cached entry lives out its entry timeout (1 s; nothing is invalidated)
+        wait_for(lambda: not (mount.mountpoint / name).exists(), timeout=3,
+                 what="the directory gone")
+        gone = events.wait_for(lambda e: e["event"] == "subsystem", what="unloaded")
+        assert (gone["subsystem"], gone["action"], gone["source"]) == (name, "unloaded", "load")
+    assert (mount.state_dir / name / "dataset").is_dir()  # its portions stay
+    assert not json.loads((mount.state_dir / "loaded.json").read_text())["loaded"]
+    assert mount.alive()
+
+
+def test_a_loaded_subsystem_comes_back_at_remount_with_its_numbering(mount):
+    assert control(mount, "load sim.readahead name=sim2 seed=3 tick_seconds=0.02\n") == 0
+    sim2 = mount.mountpoint / "sim2"
+    assert (sim2 / "info").exists()
+    assert write_errno(sim2 / "control", b"prepare_dataset\n") == 0
+    before = portions(sim2 / "dataset")
+    assert before
+    mount.umount()
+    mount.start()
+    assert json.loads((sim2 / "info").read_text())["source"] == "load"
+    assert write_errno(sim2 / "control", b"prepare_dataset\n") == 0
+    after = portions(sim2 / "dataset")
+    assert after[:len(before)] == before and after[-1] > before[-1]
+    # unloaded, it stays gone at the next mount; loaded again, numbering resumes
+    assert control(mount, "unload sim2\n") == 0
+    mount.umount()
+    mount.start()
+    assert not sim2.exists()
+    assert control(mount, "load sim.readahead name=sim2 seed=3 tick_seconds=0.02\n") == 0
+    assert write_errno(sim2 / "control", b"prepare_dataset\n") == 0
+    assert portions(sim2 / "dataset")[-1] > after[-1]
+
+
+def test_sigkill_after_load_then_remount_still_serves_it_and_originals_are_intact(mount, loop):
+    original = read_ahead(loop)
+    name = f"linux.block.{loop}"
+    assert control(mount, block_load(loop)) == 0
+    recommend(mount, loop, 2048)
+    wait_for(lambda: read_ahead(loop) == "2048", what="the recommendation applied")
+    mount.kill(signal.SIGKILL)
+    assert read_ahead(loop) == "2048"  # nobody restored it: the daemon is gone
+    mount.start()
+    assert (mount.mountpoint / name / "info").exists()
+    assert control(mount, f"unload {name}\n") == 0
+    assert read_ahead(loop) == original
+
+
+def test_sim_readahead_loads_as_sim2_and_unloads(mount):
+    assert control(mount, "load sim.readahead name=sim2 seed=3\n") == 0
+    sim2 = mount.mountpoint / "sim2"
+    assert json.loads((sim2 / "info").read_text())["source"] == "load"
+    wait_for(lambda: (sim2 / "knobs" / "read_ahead_kb").read_text().strip() != "",
+             what="sim2 ticking")
+    shown = subprocess.run(mlfs_command("status", str(mount.mountpoint)), cwd=REPO,
+                           capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert "sim2  sim (loaded)" in shown.stdout
+    assert "sim.readahead  sim (configured)" in shown.stdout
+    as_json = subprocess.run(mlfs_command("status", "--json", str(mount.mountpoint)),
+                             cwd=REPO, capture_output=True, text=True, timeout=60)
+    sources = {n: s["source"] for n, s in json.loads(as_json.stdout)["subsystems"].items()}
+    assert sources == {"sim.readahead": "config", "sim2": "load"}
+    assert control(mount, "unload sim2\n") == 0
+    assert "sim2" not in os.listdir(mount.mountpoint)
+    assert control(mount, "unload sim2\n") == errno.ENOENT
+
+
+REFUSED = [
+    (b"load\n", errno.EINVAL),
+    (b"load nosuch.backend\n", errno.EINVAL),
+    (b"load sim.readahead\n", errno.EEXIST),  # its default name is served by the config
+    (b"load sim.readahead name=sim.readahead\n", errno.EEXIST),
+    (b"load sim.readahead name=events\n", errno.EINVAL),
+    (b"load sim.readahead name=loaded.json\n", errno.EINVAL),
+    (b"load sim.readahead name=Bad!\n", errno.EINVAL),
+    (b"load sim.readahead name=x bogus=1\n", errno.EINVAL),
+    (b"load sim.readahead name=x seed=[1\n", errno.EINVAL),
+    (b'load sim.readahead name=x seed="three"\n', errno.EINVAL),
+    (b"load sim.readahead name=x name=y\n", errno.EINVAL),
+    (b"load sim.readahead name=x backend=y\n", errno.EINVAL),
+    (b"load sim.readahead name=x state_dir=/tmp\n", errno.EINVAL),
+    (b'load linux.block devices=["nosuchdisk0"]\n', errno.EINVAL),
+    (b"load linux.sysfs name=decl\n", errno.EINVAL),  # nothing declared
+    (b"unload\n", errno.EINVAL),
+    (b"unload a b\n", errno.EINVAL),
+    (b"unload nosuch\n", errno.ENOENT),
+    (b"load \xff\xfe\n", errno.EINVAL),
+]
+
+
+def test_malformed_or_unknown_loads_get_their_errno_a_reason_and_change_nothing(mount):
+    listing = sorted(os.listdir(mount.mountpoint))
+    for command, expected in REFUSED:
+        before = len(errors(mount))
+        assert control(mount, command) == expected, command
+        assert len(errors(mount)) == before + 1, command
+    assert sorted(os.listdir(mount.mountpoint)) == listing
+    assert not (mount.state_dir / "loaded.json").exists()
+    log = (mount.state_dir / "mlfs.log").read_text()
+    assert "control refused" in log
+    assert mount.alive()
+
+
+def test_nobody_can_neither_load_nor_unload_nor_mkdir(mount, loop):
+    listing = sorted(os.listdir(mount.mountpoint))
+    for script in (f"echo 'load sim.readahead name=sim3' > {mount.mountpoint}/control",
+                   f"echo 'unload sim.readahead' > {mount.mountpoint}/control",
+                   f"mkdir {mount.mountpoint}/linux.block.{loop}",
+                   f"rmdir {mount.mountpoint}/sim.readahead"):
+        done = as_nobody(script)
+        assert done.returncode != 0, script
+        assert "Permission denied" in done.stderr, (script, done.stderr)
+    assert sorted(os.listdir(mount.mountpoint)) == listing
+
+
+GROUP_CONFIG = FAST_CONFIG.replace("[mount]\n", '[mount]\ngroup = "nogroup"\n')
+DECLARED = ('load linux.sysfs name=decl '
+            'knobs={swappiness={path="/proc/sys/vm/swappiness",range=[0,200]}} '
+            'features={free={path="/proc/meminfo",key="MemFree"}}\n')
+
+
+def as_nobody(script: str) -> subprocess.CompletedProcess:
+    return sh(f"{NOBODY} bash -c {shlex.quote(script)}")
+
+
+def test_the_group_loads_but_only_root_loads_a_declared_subsystem(mount_root):
+    m = Mount(mount_root, GROUP_CONFIG).start()  # nobody with gid nogroup: the group
+    try:
+        done = as_nobody(f"echo {shlex.quote(DECLARED.strip())} > {m.mountpoint}/control")
+        assert done.returncode != 0 and "Operation not permitted" in done.stderr, done.stderr
+        assert "only root may load" in errors(m)[-1]
+        assert not (m.mountpoint / "decl").exists()
+        done = as_nobody(f"echo 'load sim.readahead name=simg' > {m.mountpoint}/control")
+        assert done.returncode == 0, done.stderr
+        assert (m.mountpoint / "simg" / "info").exists()
+        assert control(m, DECLARED) == 0  # root may
+        assert (m.mountpoint / "decl" / "knobs" / "swappiness").exists()
+        assert control(m, "unload decl\n") == 0
+    finally:
+        m.kill(signal.SIGTERM)
+
+
+def test_mkdir_loads_a_block_device_and_rmdir_unloads_it(mount, loop):
+    name = f"linux.block.{loop}"
+    (mount.mountpoint / name).mkdir()
+    info = json.loads((mount.mountpoint / name / "info").read_text())
+    assert info["backend"] == "linux.block" and info["source"] == "load"
+    with pytest.raises(FileExistsError):
+        (mount.mountpoint / name).mkdir()
+    with pytest.raises(OSError) as missing:
+        (mount.mountpoint / "linux.block.nosuchdisk0").mkdir()
+    assert missing.value.errno == errno.EINVAL
+    with pytest.raises(PermissionError):
+        (mount.mountpoint / "whatever").mkdir()
+    assert "no backend serves 'whatever'" in errors(mount)[-1]
+    (mount.mountpoint / name).rmdir()
+    assert name not in os.listdir(mount.mountpoint)
+    mount.sub.rmdir()  # a configured one: gone until the next mount
+    assert "sim.readahead" not in os.listdir(mount.mountpoint)
+    mount.umount()
+    mount.start()
+    assert name not in os.listdir(mount.mountpoint)
+    assert "sim.readahead" in os.listdir(mount.mountpoint)
+
+
+def test_unload_ends_a_blocked_events_reader_of_that_subsystem(mount):
+    assert control(mount, "load sim.readahead name=sim2 seed=3 tick_seconds=0.02\n") == 0
+    reader = subprocess.Popen(["cat", str(mount.mountpoint / "sim2" / "events")],
+                              stdout=subprocess.PIPE)
+    writer = os.open(mount.mountpoint / "sim2" / "objective", os.O_WRONLY)
+    try:
+        time.sleep(0.3)  # blocked in read(2) by now
+        assert reader.poll() is None
+        started = time.monotonic()
+        assert control(mount, "unload sim2\n") == 0
+        out, _ = reader.communicate(timeout=5)
+        assert time.monotonic() - started < 5
+        assert reader.returncode == 0
+        last = json.loads(out.decode().splitlines()[-1])
+        assert (last["event"], last["action"]) == ("subsystem", "unloaded")
+        with pytest.raises(OSError) as gone:  # opened before: gone, as in sysfs
+            os.write(writer, b"1.0\n")
+        assert gone.value.errno == errno.ENODEV
+        wait_for(lambda: not (mount.mountpoint / "sim2").exists(), timeout=3,
+                 what="ENOENT once the cached entry expired")
+    finally:
+        os.close(writer)
+        if reader.poll() is None:
+            reader.kill()
+            reader.wait()
+    assert mount.alive()
+
+
+WORDS = st.sampled_from(["load", "unload", "sim.readahead", "linux.block", "linux.sysfs",
+                         "nosuch", "name=fz", "name=events", "name=sim.readahead", "seed=1",
+                         "seed=x", "tick_seconds=0.5", "noise=2", "phases=[\"a\"]",
+                         "devices=auto", "apply={}", "=", "name=", "[", "{a=1}", "fz"])
+
+
+@settings(max_examples=40, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(words=st.lists(st.one_of(WORDS, st.text(min_size=1, max_size=12)), min_size=1,
+                      max_size=6))
+def test_fuzzed_load_commands_never_crash_and_every_refusal_has_a_reason(shared_mount, words):
+    m = shared_mount
+    line = " ".join(words).encode("utf-8", "surrogatepass")[:400] + b"\n"
+    before = len(errors(m))
+    got = control(m, line)
+    if got == 0:
+        for name in os.listdir(m.mountpoint):  # a load that succeeded: unloaded again
+            if name not in {"sim.readahead", "version", "events", "metrics", "control",
+                            "errors", "backends"}:
+                assert control(m, f"unload {name}\n") == 0
+    else:
+        assert got in (errno.EINVAL, errno.EEXIST, errno.ENOENT, errno.EPERM), (line, got)
+        assert len(errors(m)) == before + 1 or len(errors(m)) == 100, line
+    assert m.alive()
+
+
+def test_a_remembered_load_whose_backend_is_gone_never_blocks_the_mount(mount, loop):
+    original = read_ahead(loop)
+    name = f"linux.block.{loop}"
+    assert control(mount, block_load(loop)) == 0
+    recommend(mount, loop, 1024)
+    wait_for(lambda: read_ahead(loop) == "1024", what="the recommendation applied")
+    mount.kill(signal.SIGKILL)
+    remembered = mount.state_dir / "loaded.json"
+    data = json.loads(remembered.read_text())
+    data["loaded"][0]["entry"]["backend"] = "uninstalled.block"  # its package removed
+    remembered.write_text(json.dumps(data))
+    mount.start()
+    assert read_ahead(loop) == original  # the ledger's original, put back at mount
+    assert not (mount.mountpoint / name).exists()
+    assert (mount.mountpoint / "sim.readahead" / "info").exists()
+    assert any(f"remembered load of '{name}'" in line and "not served" in line
+               for line in errors(mount))
+    assert "not served" in (mount.state_dir / "mlfs.log").read_text()
+
+
+def test_the_configuration_wins_a_name_clash_and_a_configured_unload_lasts_one_mount(mount):
+    assert control(mount, "load sim.readahead name=simc seed=5\n") == 0
+    mount.umount()
+    mount.config_path.write_text(FAST_CONFIG + '\n[[subsystem]]\nbackend = "sim.readahead"\n'
+                                 'name = "simc"\nseed = 7\ntick_seconds = 0.02\n')
+    mount.start()
+    simc = mount.mountpoint / "simc"
+    assert json.loads((simc / "info").read_text())["source"] == "config"
+    assert any("remembered load of 'simc' skipped" in line for line in errors(mount))
+    assert control(mount, "unload simc\n") == 0
+    assert "simc" not in os.listdir(mount.mountpoint)
+    mount.umount()
+    mount.start()
+    assert json.loads((simc / "info").read_text())["source"] == "config"
+
+
+def test_a_full_state_dir_refuses_load_and_unload_with_enospc_and_changes_nothing(mount_root):
+    with tmpfs(mount_root / "mnt-state", "2m") as state:
+        m = Mount(mount_root).start()
+        try:
+            assert control(m, "load sim.readahead name=sim2 seed=3\n") == 0
+            remembered = (m.state_dir / "loaded.json").read_text()
+            filler = fill(state)
+            try:
+                assert control(m, "load sim.readahead name=sim3 seed=4\n") == errno.ENOSPC
+                assert "cannot be remembered" in errors(m)[-1]
+                assert control(m, "unload sim2\n") == errno.ENOSPC
+                assert "not unloaded" in errors(m)[-1]
+                served = sorted(n for n in os.listdir(m.mountpoint) if n.startswith("sim"))
+                assert served == ["sim.readahead", "sim2"]
+                assert (m.state_dir / "loaded.json").read_text() == remembered
+            finally:
+                filler.unlink()
+            first = ticks(m, "sim2")
+            wait_for(lambda: ticks(m, "sim2") > first + 5, what="sim2 ticking again")
+            assert control(m, "unload sim2\n") == 0
+            assert m.alive()
+        finally:
+            m.kill(signal.SIGTERM)
