@@ -358,6 +358,9 @@ Every command takes --help.  Manual page: mlfs(8).""",
     "bench": """examples:
   mlfs bench --quick
   mlfs bench --json bench.json""",
+    "backends": """examples:
+  mlfs backends                           # name, package, description, settings
+  mlfs backends --json | python3 -m json.tool""",
     "restore": """examples:
   mlfs restore --state-dir /var/lib/mlfs/mnt-mlfs   # the daemon is gone for good""",
     "config": """examples:

@@ -213,6 +213,17 @@ QUIET_CONFIG = FAST_CONFIG.replace("seal_seconds = 1.0", "seal_seconds = 3600.0"
     "journal_seal_seconds = 1.0", "journal_seal_seconds = 3600.0")
 
 
+def two_subsystems(config: str = FAST_CONFIG) -> str:
+    """`config` serving two simulated subsystems, `sim.a` and `sim.b` (seeds 1 and 2)."""
+    return config.replace('name = "sim.readahead"', 'name = "sim.a"') + """
+[[subsystem]]
+backend = "sim.readahead"
+name = "sim.b"
+seed = 2
+tick_seconds = 0.02
+"""
+
+
 def _module_mount(config: str):
     reason = fuse_unavailable()
     if reason:

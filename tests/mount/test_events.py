@@ -18,12 +18,14 @@ import pytest
 
 from tests.conftest import (
     FAST_CONFIG,
+    QUIET_CONFIG,
     REPO,
     EventStream,
     Models,
     Mount,
     mlfs_command,
     sh,
+    two_subsystems,
     wait_for,
     write_errno,
 )
@@ -305,13 +307,8 @@ def _peek(proc: subprocess.Popen) -> bytes:
     return buf
 
 
-TWO_SUBSYSTEMS = FAST_CONFIG.replace('name = "sim.readahead"', 'name = "sim.a"') + """
-[[subsystem]]
-backend = "sim.readahead"
-name = "sim.b"
-seed = 2
-tick_seconds = 0.02
-"""
+#: no timed seals here: every portion event comes from a prepare_dataset of the test
+TWO_SUBSYSTEMS = two_subsystems(QUIET_CONFIG)
 
 
 def test_a_subsystem_stream_is_filtered_and_seq_is_global(mount_root):

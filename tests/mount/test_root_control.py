@@ -18,17 +18,12 @@ from tests.conftest import (
     mlfs_command,
     new_model,
     sh,
+    two_subsystems,
     wait_for,
     write_errno,
 )
 
-TWO_SUBSYSTEMS = FAST_CONFIG.replace('name = "sim.readahead"', 'name = "sim.a"') + """
-[[subsystem]]
-backend = "sim.readahead"
-name = "sim.b"
-seed = 2
-tick_seconds = 0.02
-"""
+TWO_SUBSYSTEMS = two_subsystems(FAST_CONFIG)
 PINNED = "pinned by the operator via MOUNT/control"
 RELEASED = "released by the operator via MOUNT/control"
 NOBODY = "setpriv --reuid=nobody --regid=nogroup --clear-groups"
