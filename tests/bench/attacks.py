@@ -354,6 +354,7 @@ def _remount_after(ws: Workspace, damage) -> str:
     if not ok:
         return f"remount: {how}"
     aside = sorted(p.name for p in m.state_dir.rglob("*.damaged*"))
+    aside += sorted(f"quarantine/{p.name}" for p in m.state_dir.rglob("quarantine/*"))
     return f"remount: {how}; {health(m)}; set aside: {aside or 'nothing'}"
 
 
