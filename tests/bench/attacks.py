@@ -305,7 +305,7 @@ def attack_parked_readers(ws: Workspace, readers: int = 512) -> str:
         if proc.poll() is None:
             proc.kill()
         proc.wait()
-    return (f"{started} nobody readers ({refused} refused at open); root `cat version` "
+    return (f"{started} nobody readers ({refused} refused: exited at once); root `cat version` "
             f"p50/max {base[0]:.0f}/{base[1]:.0f} ms idle -> {loaded[0]:.0f}/{loaded[1]:.0f} ms "
             f"parked; umount exit {done.returncode} in {took:.1f} s")
 
