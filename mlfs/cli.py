@@ -531,9 +531,12 @@ def entry() -> None:
     """
     import logging
 
-    code = main()
-    logging.shutdown()
-    sys.stdout.flush()
+    try:
+        code = main()
+        logging.shutdown()
+        sys.stdout.flush()
+    except BrokenPipeError:  # `mlfs backends | head`: the reader is gone, as with ls
+        os._exit(141)  # what a shell reports for a command ended by SIGPIPE
     sys.stderr.flush()
     os._exit(code if isinstance(code, int) else 1)
 

@@ -172,3 +172,14 @@ def test_man_page_and_completions_are_generated_from_the_parser(tmp_path):
          "COMP_CWORD=2; _shtab_mlfs; echo ${COMPREPLY[@]}"],
         capture_output=True, text=True, timeout=30)
     assert completed.stdout.split() == ["config", "--timeout"], completed.stderr
+
+
+def test_output_into_a_closed_pipe_ends_quietly_as_sigpipe_would():
+    """`mlfs backends | true` (the reader gone at once): no BrokenPipeError traceback."""
+    import shlex
+
+    done = subprocess.run(["bash", "-c", f"{shlex.join(mlfs_command('backends'))} | "
+                           "true; echo ${PIPESTATUS[0]}"],
+                          capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
+    assert done.stdout.strip() in ("0", "141")
