@@ -178,6 +178,21 @@ def sh(script: str, timeout: float = 30, **kwargs) -> subprocess.CompletedProces
                           timeout=timeout, **kwargs)
 
 
+def unmount_everything_under(root: Path) -> None:
+    """Lazily unmount every mount below `root`, stale ones included.
+
+    Taken from /proc/self/mountinfo, not os.path.ismount: a mount whose daemon
+    was killed together with its auto_unmount helper answers ENOTCONN, which
+    ismount reports as "not a mount", and it would outlive the test.
+    """
+    prefix = str(root) + "/"
+    with open("/proc/self/mountinfo") as fh:
+        points = [line.split()[4].encode().decode("unicode_escape") for line in fh]
+    for point in sorted((p for p in points if p.startswith(prefix)), reverse=True):
+        subprocess.run(["fusermount3", "-u", "-z", point], capture_output=True)
+        subprocess.run(["umount", "-l", point], capture_output=True)  # a tmpfs a test made
+
+
 @pytest.fixture
 def mount_root():
     """A 0755 directory under /tmp (so `nobody` can traverse it), removed after."""
@@ -187,9 +202,7 @@ def mount_root():
     root = Path(tempfile.mkdtemp(prefix="mlfs-test-", dir="/tmp"))
     os.chmod(root, 0o755)
     yield root
-    for child in root.iterdir():
-        if os.path.ismount(child):
-            subprocess.run(["fusermount3", "-u", "-z", str(child)], capture_output=True)
+    unmount_everything_under(root)
     shutil.rmtree(root, ignore_errors=True)
 
 
@@ -242,9 +255,7 @@ def _module_mount(config: str):
                           f"log tail:\n{tail}", stacklevel=1)
             m.pid = None
         m.kill(signal.SIGTERM)
-        for child in root.iterdir():
-            if os.path.ismount(child):
-                subprocess.run(["fusermount3", "-u", "-z", str(child)], capture_output=True)
+        unmount_everything_under(root)
         shutil.rmtree(root, ignore_errors=True)
 
 

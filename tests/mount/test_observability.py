@@ -36,6 +36,7 @@ from tests.conftest import (
     fuse_unavailable,
     mlfs_command,
     read_rows,
+    unmount_everything_under,
     wait_for,
     write_errno,
 )
@@ -87,9 +88,7 @@ def observed():
         yield m, port
     finally:
         m.kill(signal.SIGTERM)
-        for child in root.iterdir():
-            if os.path.ismount(child):
-                subprocess.run(["fusermount3", "-u", "-z", str(child)], capture_output=True)
+        unmount_everything_under(root)
         shutil.rmtree(root, ignore_errors=True)
 
 
