@@ -14,6 +14,7 @@ import stat
 from collections.abc import Awaitable, Callable
 
 from ..core.exchange import Exchange, SubsystemRuntime
+from ..core.hostid import host_id
 from ..core.proxy import ModelProxy
 from ..core.store import Portion, PortionStore
 
@@ -262,6 +263,8 @@ class Tree:
         # the operator's switches (SPEC 7): write-only 0200 (0220 with a group)
         self.root.add(Attr(self, "control", self.root, write=actions.root_control))
         self.root.add(Attr(self, "errors", self.root, read=exchange.root_errors_text))
+        host_text = host_id(exchange.state_dir, exchange.config.mount.host_id) + "\n"
+        self.root.add(Attr(self, "host", self.root, read=lambda: host_text))
         for runtime in exchange.runtimes.values():
             self.root.add(SubsystemDir(self, self.root, runtime))
 
