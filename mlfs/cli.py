@@ -274,6 +274,19 @@ def cmd_train(args: argparse.Namespace) -> int:
     return train_main(argv)
 
 
+def cmd_fleet_push(args: argparse.Namespace) -> int:
+    import logging
+
+    from .fleet.push import main as push_main
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    mountpoint = Path(args.mountpoint)
+    state_dir = Path(args.state_dir) if args.state_dir else default_state_dir(mountpoint)
+    return push_main(mountpoint, args.store, state_dir, args.subsystem or (), args.once,
+                     args.interval, args.max_backoff,
+                     Path(args.metrics_file) if args.metrics_file else None)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
@@ -357,6 +370,12 @@ Every command takes --help.  Manual page: mlfs(8).""",
   mlfs bench --json bench.json""",
     "restore": """examples:
   mlfs restore --state-dir /var/lib/mlfs/mnt-mlfs   # the daemon is gone for good""",
+    "backends": """examples:
+  mlfs backends                           # name, description, settings of each backend
+  mlfs backends --json | python3 -m json.tool""",
+    "fleet": """examples:
+  mlfs fleet push /mnt/mlfs --store /srv/fleet --once      # ship what is sealed, exit
+  mlfs fleet push /mnt/mlfs --store s3://bucket/fleet --subsystem 'linux.block.*'""",
     "config": """examples:
   mlfs config default > /etc/mlfs/mlfs.toml
   mlfs config check /etc/mlfs/mlfs.toml && echo valid""",
@@ -493,6 +512,31 @@ def build_parser() -> argparse.ArgumentParser:
                            "without mounting: exit 0 when valid, else one line and exit 2.")
     q.add_argument("file", help="the TOML configuration to check")
     q.set_defaults(func=cmd_config_check)
+    p = _command(sub, "fleet", "share rows and policies with a fleet store (docs/fleet.md)")
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION", help="push")
+    q = actions.add_parser(
+        "push", help="ship every sealed portion of a mount to a fleet store, exactly once",
+        description="Ship every sealed portion (dataset, feedback, recommendations) of a "
+        "mount to a fleet store as hive-partitioned Parquet, exactly once; a service "
+        "(SIGTERM ends it) unless --once.")
+    q.add_argument("mountpoint", help="the mounted exchange")
+    q.add_argument("--store", required=True, metavar="URL",
+                   help="the fleet store: a directory or an fsspec URL (s3://... with s3fs)")
+    q.add_argument("--subsystem", action="append", metavar="S",
+                   help="a subsystem name or glob to ship (repeatable; default: all)")
+    q.add_argument("--state-dir", metavar="DIR",
+                   help="the mount's state directory, where the cursor is kept "
+                   "(default: the one `mlfs mount` picks for the mountpoint)")
+    q.add_argument("--once", action="store_true",
+                   help="one pass, then exit: 0 when nothing waits, 1 on a store error")
+    q.add_argument("--interval", type=float, default=5.0, metavar="SECONDS",
+                   help="seconds between passes (default 5)")
+    q.add_argument("--max-backoff", type=float, default=60.0, metavar="SECONDS",
+                   help="longest wait between retries while the store fails (default 60)")
+    q.add_argument("--metrics-file", metavar="FILE",
+                   help="Prometheus text file of backlog, losses and failures "
+                   "(default: STATE_DIR/fleet/push-<store key>.prom)")
+    q.set_defaults(func=cmd_fleet_push)
     p = _command(sub, "backends", "installed backends, their settings, types and defaults")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.set_defaults(func=cmd_backends)

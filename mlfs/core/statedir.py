@@ -41,7 +41,7 @@ FORMAT_VERSION = 2
 #: state directory's own entries, which a subsystem directory would clash with
 RESERVED = frozenset({
     "version", "events", "metrics", "control", "errors", "backends", "host",
-    "ledger", FORMAT_FILE, "mlfs.log", "mlfs.pid",
+    "ledger", "fleet", FORMAT_FILE, "mlfs.log", "mlfs.pid",
 })
 
 
