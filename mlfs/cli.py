@@ -287,6 +287,38 @@ def cmd_fleet_push(args: argparse.Namespace) -> int:
                      Path(args.metrics_file) if args.metrics_file else None)
 
 
+def cmd_fleet_train(args: argparse.Namespace) -> int:
+    import json
+    import logging
+
+    from .fleet.train import TrainError, train
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # LightGBM's network setup prints to fd 1 in the LocalCluster's workers (our
+    # children): send it to stderr, so stdout is the card alone
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        card = train(args.store, args.subsystem, args.scheduler, folds=args.folds,
+                     n_workers=args.workers)
+    except TrainError as exc:
+        print(f"mlfs fleet train: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+    if args.json:
+        print(json.dumps(card, indent=2))
+    else:
+        mae = card["validation"]["mae"]
+        print(f"mlfs fleet train: published {card['subsystem']} policy {card['version']} "
+              f"({card['rows']} rows, {len(card['hosts'])} hosts, held-out-host MAE "
+              f"{'n/a' if mae is None else f'{mae:.4g}'}, {card['seconds']:.1f} s)")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
@@ -375,7 +407,8 @@ Every command takes --help.  Manual page: mlfs(8).""",
   mlfs backends --json | python3 -m json.tool""",
     "fleet": """examples:
   mlfs fleet push /mnt/mlfs --store /srv/fleet --once      # ship what is sealed, exit
-  mlfs fleet push /mnt/mlfs --store s3://bucket/fleet --subsystem 'linux.block.*'""",
+  mlfs fleet push /mnt/mlfs --store s3://bucket/fleet --subsystem 'linux.block.*'
+  mlfs fleet train --store /srv/fleet --subsystem linux.vm --scheduler tcp://10.0.0.5:8786""",
     "config": """examples:
   mlfs config default > /etc/mlfs/mlfs.toml
   mlfs config check /etc/mlfs/mlfs.toml && echo valid""",
@@ -513,7 +546,8 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("file", help="the TOML configuration to check")
     q.set_defaults(func=cmd_config_check)
     p = _command(sub, "fleet", "share rows and policies with a fleet store (docs/fleet.md)")
-    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION", help="push")
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION",
+                               help="push or train")
     q = actions.add_parser(
         "push", help="ship every sealed portion of a mount to a fleet store, exactly once",
         description="Ship every sealed portion (dataset, feedback, recommendations) of a "
@@ -537,6 +571,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Prometheus text file of backlog, losses and failures "
                    "(default: STATE_DIR/fleet/push-<store key>.prom)")
     q.set_defaults(func=cmd_fleet_push)
+    q = actions.add_parser(
+        "train", help="train one policy from every host's rows on a Dask cluster; publish it",
+        description="Train one LightGBM policy for a subsystem from every host's rows in "
+        "the store with lightgbm.dask, validate it on held-out hosts, and publish "
+        "policies/S/N.txt with its model card N.json.")
+    q.add_argument("--store", required=True, metavar="URL", help="the fleet store")
+    q.add_argument("--subsystem", required=True, metavar="S",
+                   help="a subsystem name, or a glob pooling subsystems with the same knobs")
+    q.add_argument("--scheduler", metavar="tcp://HOST:PORT",
+                   help="a running Dask scheduler (default: a LocalCluster on this machine)")
+    q.add_argument("--workers", type=int, default=2, metavar="N",
+                   help="LocalCluster workers when no scheduler is given (default 2)")
+    q.add_argument("--folds", type=int, default=5, metavar="N",
+                   help="hosts held out one at a time for validation (default 5)")
+    q.add_argument("--json", action="store_true", help="print the model card as JSON")
+    q.set_defaults(func=cmd_fleet_train)
     p = _command(sub, "backends", "installed backends, their settings, types and defaults")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.set_defaults(func=cmd_backends)

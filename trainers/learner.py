@@ -355,6 +355,16 @@ class KnobLearner:
         order = np.argsort(t, kind="stable")
         return X[order], y[order], t[order]
 
+    def training_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(X, label, weight) exactly as `fit` trains on them: decision-time rows,
+        the label LightGBM sees, the per-setting weights.  The fleet trainer
+        (mlfs/fleet/train.py) builds its distributed training set with this, so a
+        fleet policy has the local policy's features, target and format."""
+        X, y, _ = self._training_set()
+        if not len(y):
+            return X, y, np.empty(0)
+        return X, self._label(y), self._weights(X)
+
     def _weights(self, X: np.ndarray) -> np.ndarray:
         """Square-root inverse frequency of each knob setting.
 

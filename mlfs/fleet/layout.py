@@ -10,6 +10,9 @@ Polars, pyarrow, Spark and Dask read a kind of rows as one table:
     subsystem=<S>/host=<H>/kind=recommendations/model=<M>/<NNNNNNNNNN>.parquet
     policies/<S>/<NNNNNNNNNN>.txt     a fleet policy (LightGBM text)
     policies/<S>/<NNNNNNNNNN>.json    its model card, written last
+    info/<S>/<H>.json                 the subsystem's `info` as host H serves it
+                                      (knobs, features, objective: what a trainer
+                                      builds its columns from)
 
 An object's name is derived from (subsystem, host, kind, model, portion
 number) and nothing else, so shipping a portion again (a pusher killed after
@@ -31,6 +34,7 @@ MODEL_KINDS = ("feedback", "recommendations")
 #: constant columns appended to every shipped row
 HOST_COLUMNS = ("host_id", "host_name", "kernel_release", "machine", "mlfs_version")
 POLICIES = "policies"
+INFO = "info"
 _VERSION = re.compile(r"^(\d{10})\.(txt|json)$")
 
 
@@ -76,3 +80,7 @@ def policy_version(name: str) -> tuple[int, str] | None:
     """(7, "json") for `0000000007.json`; None for anything else."""
     match = _VERSION.match(name)
     return (int(match.group(1)), match.group(2)) if match else None
+
+
+def info_path(subsystem: str, host: str) -> str:
+    return f"{INFO}/{subsystem}/{host}.json"

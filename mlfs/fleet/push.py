@@ -50,7 +50,7 @@ import pyarrow.parquet as pq
 from mlfs.core.durable import fsync_dir, write_durably
 from mlfs.core.statedir import FORMAT_FILE
 
-from .layout import HOST_COLUMNS, MODEL_KINDS, Source, portion_number
+from .layout import HOST_COLUMNS, MODEL_KINDS, Source, info_path, portion_number
 
 log = logging.getLogger("mlfs.fleet")
 
@@ -190,6 +190,7 @@ class Pusher:
         self.failing = False
         self.backlog = 0
         self.last_success = 0.0
+        self._info_sent: dict[str, bytes] = {}
 
     # -- what the mount holds
     def _subsystems(self) -> list[str]:
@@ -226,6 +227,7 @@ class Pusher:
         work = [(s, self.pending(s)) for s in self.sources()]
         result.backlog = sum(len(numbers) for _, numbers in work)
         try:
+            self._ship_info(sorted({s.subsystem for s, _ in work}))
             for source, numbers in work:
                 for number in numbers:
                     if stop is not None and stop.is_set():
@@ -241,6 +243,18 @@ class Pusher:
         finally:
             self._account(result)
         return result
+
+    def _ship_info(self, subsystems: list[str]) -> None:
+        """Each subsystem's `info` (what a fleet trainer builds its columns from),
+        written when this run has not written that text yet."""
+        for name in subsystems:
+            try:
+                text = (self.mountpoint / name / "info").read_bytes()
+            except FileNotFoundError:
+                continue
+            if self._info_sent.get(name) != text:
+                self.store.put(info_path(name, self.host["host_id"]), text)
+                self._info_sent[name] = text
 
     def _note_gap(self, source: Source, number: int, result: PassResult) -> None:
         """Portions between the cursor and `number` vanished from the mount unshipped."""
