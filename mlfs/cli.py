@@ -271,6 +271,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         argv += ["--explore-ticks", str(args.explore_ticks)]
     if args.relative:
         argv.append("--relative")
+    if args.fleet:
+        argv += ["--fleet", args.fleet]
+    if args.fleet_version is not None:
+        argv += ["--fleet-version", str(args.fleet_version)]
     return train_main(argv)
 
 
@@ -519,6 +523,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ticks each exploration lasts (default 10)")
     p.add_argument("--relative", action="store_true",
                    help="fit relative error (objectives spanning orders of magnitude)")
+    p.add_argument("--fleet", metavar="URL",
+                   help="start from the newest fleet policy for the subsystem in this store "
+                   "whose sha256 matches its card (docs/fleet.md)")
+    p.add_argument("--fleet-version", type=int, metavar="N",
+                   help="with --fleet: start from policy N instead of the newest")
     p.set_defaults(func=cmd_train)
     p = _command(sub, "demo", "mount the simulated subsystem, train, summarise")
     p.add_argument("--seconds", type=float, default=120.0,

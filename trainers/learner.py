@@ -171,6 +171,8 @@ class KnobLearner:
         self.max_tick: int | None = None
         self.rows_since_fit = 0
         self.booster: lgb.Booster | None = None
+        #: the booster came from elsewhere (`adopt`): corrected, never refitted from scratch
+        self.adopted = False
         self.stats: dict[str, Any] = {}
         self._mean = np.zeros(len(self.feature_columns))
         self._scale = np.ones(len(self.feature_columns))
@@ -661,6 +663,18 @@ class KnobLearner:
         return self._decode_setting(codes[int(np.argmax(score))])
 
     # ---- the policy -------------------------------------------------------
+    def adopt(self, text: str) -> None:
+        """Start from a booster trained elsewhere (a fleet policy, mlfs/fleet/pull.py):
+        recommendations and the uploaded policy use it, and feedback corrections
+        (`correct`) keep boosting it on this host's residuals until a local `fit`
+        replaces it.  ValueError unless its columns are exactly this learner's."""
+        booster = lgb.Booster(model_str=text)
+        if booster.feature_name() != self.columns:
+            raise ValueError(f"policy columns {booster.feature_name()} are not this model's "
+                             f"{self.columns}")
+        self.booster = booster
+        self.adopted = True
+
     def policy_text(self) -> str:
         """The booster in LightGBM text format, for `models/<m>/policy`.
 

@@ -137,6 +137,10 @@ def train(url: str, subsystem: str, scheduler: str | None = None, *, folds: int 
             params.pop("seed", None)
 
             def fit(frame):
+                # lightgbm.dask refuses an empty part ("Input data must be 2
+                # dimensional and non empty"): holding a host out empties some
+                sizes = frame.map_partitions(len).compute()
+                frame = frame.partitions[[i for i, n in enumerate(sizes) if n]]
                 model = DaskLGBMRegressor(client=client, random_state=probe.seed, n_jobs=1,
                                           **params)
                 model.fit(frame[probe.columns], frame[LABEL], sample_weight=frame[WEIGHT])
