@@ -323,6 +323,12 @@ def cmd_fleet_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_fleet_status(args: argparse.Namespace) -> int:
+    from .fleet.status import main as status_main
+
+    return status_main(args.store, args.json)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
@@ -412,7 +418,8 @@ Every command takes --help.  Manual page: mlfs(8).""",
     "fleet": """examples:
   mlfs fleet push /mnt/mlfs --store /srv/fleet --once      # ship what is sealed, exit
   mlfs fleet push /mnt/mlfs --store s3://bucket/fleet --subsystem 'linux.block.*'
-  mlfs fleet train --store /srv/fleet --subsystem linux.vm --scheduler tcp://10.0.0.5:8786""",
+  mlfs fleet train --store /srv/fleet --subsystem linux.vm --scheduler tcp://10.0.0.5:8786
+  mlfs fleet status --store /srv/fleet""",
     "config": """examples:
   mlfs config default > /etc/mlfs/mlfs.toml
   mlfs config check /etc/mlfs/mlfs.toml && echo valid""",
@@ -556,7 +563,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.set_defaults(func=cmd_config_check)
     p = _command(sub, "fleet", "share rows and policies with a fleet store (docs/fleet.md)")
     actions = p.add_subparsers(dest="action", required=True, metavar="ACTION",
-                               help="push or train")
+                               help="push, train or status")
     q = actions.add_parser(
         "push", help="ship every sealed portion of a mount to a fleet store, exactly once",
         description="Ship every sealed portion (dataset, feedback, recommendations) of a "
@@ -596,6 +603,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="hosts held out one at a time for validation (default 5)")
     q.add_argument("--json", action="store_true", help="print the model card as JSON")
     q.set_defaults(func=cmd_fleet_train)
+    q = actions.add_parser(
+        "status", help="hosts, rows, backlog, losses, modes and policies of a fleet store",
+        description="Per host and subsystem: rows and portions shipped, last push, backlog, "
+        "losses, each model's mode and efficiency, and the newest policy.")
+    q.add_argument("--store", required=True, metavar="URL", help="the fleet store")
+    q.add_argument("--json", action="store_true", help="print JSON instead of text")
+    q.set_defaults(func=cmd_fleet_status)
     p = _command(sub, "backends", "installed backends, their settings, types and defaults")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.set_defaults(func=cmd_backends)

@@ -10,6 +10,8 @@ Polars, pyarrow, Spark and Dask read a kind of rows as one table:
     subsystem=<S>/host=<H>/kind=recommendations/model=<M>/<NNNNNNNNNN>.parquet
     policies/<S>/<NNNNNNNNNN>.txt     a fleet policy (LightGBM text)
     policies/<S>/<NNNNNNNNNN>.json    its model card, written last
+    status/<H>.json                   host H's pusher after its last pass: backlog,
+                                      losses, cursor, each model's mode and efficiency
     info/<S>/<H>.json                 the subsystem's `info` as host H serves it
                                       (knobs, features, objective: what a trainer
                                       builds its columns from)
@@ -35,6 +37,7 @@ MODEL_KINDS = ("feedback", "recommendations")
 HOST_COLUMNS = ("host_id", "host_name", "kernel_release", "machine", "mlfs_version")
 POLICIES = "policies"
 INFO = "info"
+STATUS = "status"
 _VERSION = re.compile(r"^(\d{10})\.(txt|json)$")
 
 
@@ -84,3 +87,7 @@ def policy_version(name: str) -> tuple[int, str] | None:
 
 def info_path(subsystem: str, host: str) -> str:
     return f"{INFO}/{subsystem}/{host}.json"
+
+
+def status_path(host: str) -> str:
+    return f"{STATUS}/{host}.json"

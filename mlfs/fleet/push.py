@@ -50,7 +50,14 @@ import pyarrow.parquet as pq
 from mlfs.core.durable import fsync_dir, write_durably
 from mlfs.core.statedir import FORMAT_FILE
 
-from .layout import HOST_COLUMNS, MODEL_KINDS, Source, info_path, portion_number
+from .layout import (
+    HOST_COLUMNS,
+    MODEL_KINDS,
+    Source,
+    info_path,
+    portion_number,
+    status_path,
+)
 
 log = logging.getLogger("mlfs.fleet")
 
@@ -298,6 +305,41 @@ class Pusher:
         else:
             self.last_success = time.time()
         self.write_metrics()
+        self._ship_status(result)
+
+    def _models(self) -> dict[str, dict[str, dict[str, str]]]:
+        """Each model's mode and efficiency, as the mount shows them now."""
+        out: dict[str, dict[str, dict[str, str]]] = {}
+        for name in self._subsystems():
+            models = self.mountpoint / name / "models"
+            try:
+                entries = sorted(e.name for e in os.scandir(models) if e.is_dir())
+            except OSError:
+                continue
+            for model in entries:
+                try:
+                    out.setdefault(name, {})[model] = {
+                        f: (models / model / f).read_text().strip()
+                        for f in ("mode", "efficiency")}
+                except OSError:
+                    continue
+        return out
+
+    def _ship_status(self, result: PassResult) -> None:
+        """The host's status record (`mlfs fleet status`); best effort: a failing store
+        is already counted and logged, and the next pass sends a fresh one."""
+        record = {
+            "host_id": self.host["host_id"], "host_name": self.host["host_name"],
+            "kernel_release": self.host["kernel_release"], "time": time.time(),
+            "last_success": self.last_success, "backlog": self.backlog,
+            "lost": self.cursor.lost, "failing": self.failing, "error": result.error,
+            "shipped": self.cursor.shipped, "models": self._models(),
+        }
+        try:
+            self.store.put(status_path(self.host["host_id"]),
+                           json.dumps(record, sort_keys=True).encode())
+        except StoreUnavailable as exc:
+            log.debug("status record not written: %s", exc)
 
     def metrics_text(self) -> str:
         host = self.host["host_id"]

@@ -81,6 +81,13 @@ def store_ticks(store: Path, host: str) -> Counter:
     return Counter(t for (t,) in rows)
 
 
+def fleet_status(store: Path) -> dict:
+    done = subprocess.run(mlfs_command("fleet", "status", "--store", str(store), "--json"),
+                          capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
 def portions(directory: Path) -> int:
     return len(list(directory.glob("*.parquet")))
 
@@ -93,6 +100,7 @@ def test_two_hosts_push_once_and_the_store_reads_as_one_hive_table(mount_root, t
         a.start()
         b.start()
         model = new_model(a.sub, "m")
+        (model / "mode").write_text("collaboration\n")  # pinned: the status must show it
         (model / "recommend").write_text("read_ahead_kb=256\n")
         wait_for(lambda: portions(a.sub / "dataset") >= 2 and portions(b.sub / "dataset") >= 2
                  and portions(model / "feedback") >= 1
@@ -122,6 +130,16 @@ def test_two_hosts_push_once_and_the_store_reads_as_one_hive_table(mount_root, t
         assert portions(feedback / "model=m") >= 1 and portions(journal) >= 1
         lines = duckdb.sql(f"SELECT line FROM read_parquet('{journal}/*.parquet')").fetchall()
         assert ("read_ahead_kb=256",) in lines
+        status = fleet_status(store)
+        assert set(status["hosts"]) == set(hosts.values())
+        for host in hosts.values():
+            record = status["hosts"][host]
+            assert (record["backlog"], record["lost"], record["failing"]) == (0, 0, False)
+            assert status["subsystems"]["sim.readahead"][host]["rows"] == sum(
+                store_ticks(store, host).values())
+        shown = status["hosts"][hosts[a]]["models"]["sim.readahead"]["m"]
+        assert shown["mode"] == "collaboration" and shown["efficiency"]
+        assert status["hosts"][hosts[b]]["models"] == {}
     finally:
         a.kill(signal.SIGTERM)
         b.kill(signal.SIGTERM)
@@ -169,6 +187,9 @@ def test_unwritable_store_keeps_a_backlog_with_a_clear_error_and_drains_after(
         assert "cannot write subsystem=sim.readahead/" in done.stderr
         assert metrics(m, store)["mlfs_fleet_push_store_failing"] == 1
         assert metrics(m, store)["mlfs_fleet_push_backlog_portions"] >= 2
+        record = next(iter(fleet_status(store)["hosts"].values()))  # the status record
+        assert record["failing"] and record["backlog"] >= 2  # ... still reaches the store
+        assert "cannot write subsystem=sim.readahead/" in record["error"]
         pusher = start_pusher(m, store, "--max-backoff", "0.5")
         try:
             wait_for(lambda: "fleet store failing" in (m.root / "pusher.log").read_text(),
