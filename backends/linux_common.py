@@ -313,7 +313,7 @@ def check_measure(kwargs: Mapping[str, object], default_tick: float = 1.0) -> No
 
 
 # ---- the ledger ----------------------------------------------------------------------
-#: the only places a ledger entry may name: kernel settings (SPEC §7).  An entry
+#: the only places a ledger entry may name: kernel settings (docs/ABI.md, the root).  An entry
 #: naming anything else is damage (or an attack on the state directory): mlfs,
 #: running as root, would otherwise write its "original" into any file.
 KERNEL_ROOTS = ("/sys/", "/proc/sys/")

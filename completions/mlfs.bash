@@ -6,26 +6,32 @@
 # See also: https://github.com/scop/bash-completion/blob/main/doc/configuration.md
 
 _shtab_mlfs_config_subparsers=(default check)
-_shtab_mlfs_subparsers=(mount umount restore status report train demo bench config backends)
+_shtab_mlfs_fleet_subparsers=(push train status)
+_shtab_mlfs_subparsers=(mount umount restore status report train demo bench config fleet backends)
 
 _shtab_mlfs_mount_option_strings=(-h --help --config --state-dir --foreground)
 _shtab_mlfs_umount_option_strings=(-h --help --timeout)
 _shtab_mlfs_restore_option_strings=(-h --help --state-dir)
 _shtab_mlfs_status_option_strings=(-h --help --json --watch)
 _shtab_mlfs_report_option_strings=(-h --help --model --out --all --last --max-points --png)
-_shtab_mlfs_train_option_strings=(-h --help --model --max-seconds --explore-ticks --relative)
+_shtab_mlfs_train_option_strings=(-h --help --model --max-seconds --explore-ticks --relative --fleet --fleet-version)
 _shtab_mlfs_demo_option_strings=(-h --help --seconds --seed --keep)
 _shtab_mlfs_bench_option_strings=(-h --help --quick --json)
 _shtab_mlfs_config_default_option_strings=(-h --help)
 _shtab_mlfs_config_check_option_strings=(-h --help)
 _shtab_mlfs_config_option_strings=(-h --help)
+_shtab_mlfs_fleet_push_option_strings=(-h --help --store --subsystem --state-dir --once --interval --max-backoff --metrics-file)
+_shtab_mlfs_fleet_train_option_strings=(-h --help --store --subsystem --scheduler --workers --folds --json)
+_shtab_mlfs_fleet_status_option_strings=(-h --help --store --json)
+_shtab_mlfs_fleet_option_strings=(-h --help)
 _shtab_mlfs_backends_option_strings=(-h --help --json)
 _shtab_mlfs_option_strings=(-h --help --version)
 
 
 
 _shtab_mlfs_config_pos_0_choices=(default check)
-_shtab_mlfs_pos_0_choices=(mount umount restore status report train demo bench config backends)
+_shtab_mlfs_fleet_pos_0_choices=(push train status)
+_shtab_mlfs_pos_0_choices=(mount umount restore status report train demo bench config fleet backends)
 
 _shtab_mlfs_mount__h_nargs=0
 _shtab_mlfs_mount___help_nargs=0
@@ -57,6 +63,18 @@ _shtab_mlfs_config_check___help_nargs=0
 _shtab_mlfs_config_pos_0_nargs=A...
 _shtab_mlfs_config__h_nargs=0
 _shtab_mlfs_config___help_nargs=0
+_shtab_mlfs_fleet_push__h_nargs=0
+_shtab_mlfs_fleet_push___help_nargs=0
+_shtab_mlfs_fleet_push___once_nargs=0
+_shtab_mlfs_fleet_train__h_nargs=0
+_shtab_mlfs_fleet_train___help_nargs=0
+_shtab_mlfs_fleet_train___json_nargs=0
+_shtab_mlfs_fleet_status__h_nargs=0
+_shtab_mlfs_fleet_status___help_nargs=0
+_shtab_mlfs_fleet_status___json_nargs=0
+_shtab_mlfs_fleet_pos_0_nargs=A...
+_shtab_mlfs_fleet__h_nargs=0
+_shtab_mlfs_fleet___help_nargs=0
 _shtab_mlfs_backends__h_nargs=0
 _shtab_mlfs_backends___help_nargs=0
 _shtab_mlfs_backends___json_nargs=0

@@ -1,6 +1,6 @@
 """The backend ABI: what a subsystem implements and the rules everyone shares.
 
-A backend is a Python package that provides subsystems (SPEC §5, §7): the
+A backend is a Python package that provides subsystems (docs/writing-a-backend.md): the
 proposal's kernel subsystem, a state that can be sampled (features), knobs that
 can be set, a default algorithm (the human-made policy) and an objective
 measured per tick.  The exchange (mlfs.core) drives each subsystem one tick at
@@ -233,7 +233,7 @@ def knob_column(knob: str) -> str:
     return "knob_" + column_name(knob)
 
 
-#: the dataset columns the core writes itself (SPEC §2); no feature may take them
+#: the dataset columns the core writes itself (docs/ABI.md); no feature may take them
 CORE_COLUMNS = ("ts", "tick", "controller", "model", "mode", "objective")
 #: the types a feature may have
 FEATURE_TYPES = ("float64", "int64")

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, fields
 from importlib import resources
 from pathlib import Path
 
+from .core.hostid import host_id_problem
 from .core.readers import FREE_TASKS
 from .core.store import StorePolicy
 
@@ -82,8 +83,14 @@ class MountConfig:
     metrics_address: str = "127.0.0.1"
     # models of all subsystems together; mkdir beyond it gets ENOSPC
     max_models: int = 4096
+    # this mount's fleet host id (docs/fleet.md); "" = minted once, kept in the state dir
+    host_id: str = ""
 
     def __post_init__(self) -> None:
+        if self.host_id:
+            problem = host_id_problem(self.host_id)
+            if problem:
+                raise ValueError(f"mount.host_id: {problem}")
         if not 4 * FREE_TASKS <= self.max_tasks <= 100_000:
             raise ValueError(f"mount.max_tasks: {self.max_tasks} is not {4 * FREE_TASKS}..100000")
         if not 1 <= self.events_streams_per_uid <= self.events_streams <= 1_000_000:

@@ -1,6 +1,6 @@
 """Start-up and shutdown of one mount: init, serve, seal, restore, unmount.
 
-Order matters (FUSE-NOTES): nothing touches the mountpoint between
+Order matters (docs/fuse-notes.md): nothing touches the mountpoint between
 `pyfuse3.init()` and `main()`; the readiness pipe is non-inheritable so the
 auto_unmount helper does not keep it open; SIGTERM/SIGINT seal open rows and
 call `pyfuse3.terminate()`; blocked event readers are woken with end of file.

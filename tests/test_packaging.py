@@ -31,6 +31,15 @@ def test_extras_offer_plots_and_docs_and_tests_pull_in_what_they_run():
     assert "Operating System :: POSIX :: Linux" in PYPROJECT["classifiers"]
 
 
+def test_fleet_extra_brings_dask_distributed_and_is_part_of_the_test_extra():
+    extras = PYPROJECT["optional-dependencies"]
+    assert any(d.startswith("dask[") and "distributed" in d for d in extras["fleet"])
+    assert "mlfs[fleet]" in extras["test"]  # .ci/setup installs '.[test]'
+    for runtime in PYPROJECT["dependencies"]:
+        assert not runtime.startswith(("dask", "distributed"))  # one host needs no cluster
+    import lightgbm.dask  # noqa: F401  (what `mlfs fleet train` runs on)
+
+
 @pytest.mark.parametrize("name", ["README.md", "CHANGELOG.md", *sorted(
     str(p.relative_to(REPO)) for p in (REPO / "docs").glob("*.md"))])
 def test_markdown_links_point_at_files_inside_the_repository(name):

@@ -171,6 +171,8 @@ class KnobLearner:
         self.max_tick: int | None = None
         self.rows_since_fit = 0
         self.booster: lgb.Booster | None = None
+        #: the booster came from elsewhere (`adopt`): corrected, never refitted from scratch
+        self.adopted = False
         self.stats: dict[str, Any] = {}
         self._mean = np.zeros(len(self.feature_columns))
         self._scale = np.ones(len(self.feature_columns))
@@ -354,6 +356,16 @@ class KnobLearner:
         t = np.concatenate([self._tick, self._ftick[extra]])
         order = np.argsort(t, kind="stable")
         return X[order], y[order], t[order]
+
+    def training_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(X, label, weight) exactly as `fit` trains on them: decision-time rows,
+        the label LightGBM sees, the per-setting weights.  The fleet trainer
+        (mlfs/fleet/train.py) builds its distributed training set with this, so a
+        fleet policy has the local policy's features, target and format."""
+        X, y, _ = self._training_set()
+        if not len(y):
+            return X, y, np.empty(0)
+        return X, self._label(y), self._weights(X)
 
     def _weights(self, X: np.ndarray) -> np.ndarray:
         """Square-root inverse frequency of each knob setting.
@@ -651,6 +663,18 @@ class KnobLearner:
         return self._decode_setting(codes[int(np.argmax(score))])
 
     # ---- the policy -------------------------------------------------------
+    def adopt(self, text: str) -> None:
+        """Start from a booster trained elsewhere (a fleet policy, mlfs/fleet/pull.py):
+        recommendations and the uploaded policy use it, and feedback corrections
+        (`correct`) keep boosting it on this host's residuals until a local `fit`
+        replaces it.  ValueError unless its columns are exactly this learner's."""
+        booster = lgb.Booster(model_str=text)
+        if booster.feature_name() != self.columns:
+            raise ValueError(f"policy columns {booster.feature_name()} are not this model's "
+                             f"{self.columns}")
+        self.booster = booster
+        self.adopted = True
+
     def policy_text(self) -> str:
         """The booster in LightGBM text format, for `models/<m>/policy`.
 

@@ -69,8 +69,10 @@ def _gone(exc: OSError) -> bool:
 class _Worker:
     def __init__(self, mountpoint: str, subsystem: str, model: str, stop: threading.Event,
                  log: logging.Logger, prepare_seconds: float, seed: int,
-                 learning_ttl: int = LEARNING_TTL, relative: bool = False) -> None:
+                 learning_ttl: int = LEARNING_TTL, relative: bool = False,
+                 initial_policy: str | None = None) -> None:
         self.root = Path(mountpoint)
+        self.initial_policy = initial_policy  # a fleet policy to start from
         self.subsystem = subsystem
         self.model = model
         self.sub = self.root / subsystem
@@ -217,6 +219,11 @@ class _Worker:
             self.schedule = TrainerSchedule(self.learner, seed=self.seed,
                                             learning_ttl=self.learning_ttl)
             self.seen = {"dataset": set(), "feedback": set()}
+            if self.initial_policy:
+                try:
+                    self.learner.adopt(self.initial_policy)
+                except ValueError as exc:
+                    self.log.error("fleet policy not used: %s", exc)
         if fresh:
             # a new proxy (new daemon, or re-created after rmdir) may number its
             # feedback afresh: what is listed now predates our policy
@@ -459,6 +466,8 @@ class _Worker:
         assert learner is not None
         if learner.rows_since_fit < FIT_MIN_ROWS or now - self.t_fit < FIT_MIN_SECONDS:
             return
+        if learner.adopted:  # a fleet policy keeps boosting on local residuals (correct)
+            return
         self.t_fit = now
         stats = learner.fit()
         if not stats.get("fitted"):
@@ -668,6 +677,7 @@ def run_worker(
     seed: int = 0,
     learning_ttl: int = LEARNING_TTL,
     relative: bool = False,
+    initial_policy: str | None = None,
 ) -> dict[str, Any]:
     """Train `model` on MOUNTPOINT/SUBSYSTEM until `stop` is set or `max_seconds` pass.
 
@@ -682,7 +692,7 @@ def run_worker(
     if not NAME.fullmatch(model):
         raise ValueError(f"model name {model!r} is not [a-z0-9][a-z0-9._-]{{0,63}}")
     worker = _Worker(mountpoint, subsystem, model, stop or threading.Event(), log,
-                     prepare_seconds, seed, learning_ttl, relative)
+                     prepare_seconds, seed, learning_ttl, relative, initial_policy)
     stats = worker.run(max_seconds)
     log.info("trainer done: %d fits, %d corrections, %d policies, %d recommendations, "
              "efficiency %.3f, mode %s", stats["fits"], stats["corrections"],
@@ -727,6 +737,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--relative", action="store_true",
                         help="fit relative error: for objectives spanning orders of magnitude "
                              "(a real device's MiB/s across workload phases)")
+    parser.add_argument("--fleet", metavar="URL",
+                        help="start from the newest fleet policy in this store (docs/fleet.md)")
+    parser.add_argument("--fleet-version", type=int, metavar="N",
+                        help="start from fleet policy N instead of the newest")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     if not NAME.fullmatch(args.model):
@@ -739,6 +753,19 @@ def main(argv: list[str] | None = None) -> int:
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                             format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    initial = None
+    if args.fleet:
+        from mlfs.fleet.pull import PullError, fetch
+
+        try:
+            fleet = fetch(args.fleet, args.subsystem, args.fleet_version)
+        except PullError as exc:  # never train from an unchecked policy
+            print(f"mlfs train: {exc}", file=sys.stderr)
+            return 1
+        initial = fleet.text
+        logging.getLogger("mlfs.train").info(
+            "starting from fleet policy %d (sha256 %s, %d rows from %d hosts)", fleet.version,
+            fleet.card["sha256"], fleet.card.get("rows", 0), len(fleet.card.get("hosts", {})))
     stop = threading.Event()
     previous = {}
     if threading.current_thread() is threading.main_thread():
@@ -747,7 +774,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run_worker(args.mountpoint, args.subsystem, args.model, stop=stop,
                    max_seconds=args.max_seconds or None, prepare_seconds=args.prepare_seconds,
-                   seed=args.seed, learning_ttl=args.explore_ticks, relative=args.relative)
+                   seed=args.seed, learning_ttl=args.explore_ticks, relative=args.relative,
+                   initial_policy=initial)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -39,11 +39,11 @@ LOADED_FILE = "loaded.json"
 #: the layout this mlfs writes
 FORMAT_VERSION = 2
 
-#: names a subsystem cannot take: the mount root's own files (SPEC §7) and the
+#: names a subsystem cannot take: the mount root's own files (docs/ABI.md, the root) and the
 #: state directory's own entries, which a subsystem directory would clash with
 RESERVED = frozenset({
     "version", "events", "metrics", "control", "errors", "backends", "host",
-    "ledger", FORMAT_FILE, LOADED_FILE, "mlfs.log", "mlfs.pid",
+    "ledger", "fleet", FORMAT_FILE, LOADED_FILE, "mlfs.log", "mlfs.pid",
 })
 
 

@@ -1,6 +1,6 @@
 """The mount's tree, as node objects over the FUSE-free core.
 
-Each kind of file is served one way (see FUSE-NOTES): text attributes are
+Each kind of file is served one way (see docs/fuse-notes.md): text attributes are
 snapshots served direct_io; Parquet portions are immutable page-cached files
 with exact sizes; event streams are per-open cursors.  Inode numbers come from
 one counter and are never reused, so `keep_cache` can never serve a dead
@@ -14,6 +14,7 @@ import stat
 from collections.abc import Awaitable, Callable
 
 from ..core.exchange import Exchange, SubsystemRuntime
+from ..core.hostid import host_id
 from ..core.proxy import ModelProxy
 from ..core.store import Portion, PortionStore
 
@@ -21,7 +22,7 @@ ReadFn = Callable[[], "str | bytes"]
 WriteFn = Callable[[bytes], Awaitable[None]]
 
 # attribute and entry timeouts (seconds): immutable things are cached long,
-# things that change or can be removed short (FUSE-NOTES: caching)
+# things that change or can be removed short (docs/fuse-notes.md: timeouts)
 IMMUTABLE_TIMEOUT = 300.0
 REMOVABLE_ENTRY_TIMEOUT = 1.0
 ATTR_TIMEOUT = 1.0
@@ -244,7 +245,7 @@ class RootDir(Dir):
     Subsystems come and go at run time (load/unload, mkdir/rmdir): a
     directory node is made the first time its runtime is seen and dropped
     when the runtime is gone (its inodes stay dead, never reused).  Nothing
-    is invalidated from here (FUSE-NOTES): the kernel learns of a removal by
+    is invalidated from here (docs/fuse-notes.md): the kernel learns of a removal by
     ENOENT on its next lookup, within the entry timeout.
     """
 
@@ -296,10 +297,12 @@ class Tree:
         self.root.add(Attr(self, "metrics", self.root, read=metrics))
         # computed once by the daemon before the mount (listing imports every backend)
         self.root.add(Attr(self, "backends", self.root, read=lambda: backends_text))
-        # the operator's switches (SPEC 7): write-only 0200 (0220 with a group)
+        # the operator's switches (docs/ABI.md, the root): write-only 0200 (0220 with a group)
         self.root.add(Attr(self, "control", self.root, write=actions.root_control,
                            caller=True))
         self.root.add(Attr(self, "errors", self.root, read=exchange.root_errors_text))
+        host_text = host_id(exchange.state_dir, exchange.config.mount.host_id) + "\n"
+        self.root.add(Attr(self, "host", self.root, read=lambda: host_text))
         self.root.children()  # the configured subsystems get the first inodes
 
     def register(self, node: Node) -> int:

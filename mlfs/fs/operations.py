@@ -2,7 +2,7 @@
 
 Handlers are thin; every one goes through `_guard`, so an unexpected exception
 is logged and answered with EIO instead of ending `pyfuse3.main` for the
-whole mount (FUSE-NOTES: handler exceptions).
+whole mount (docs/fuse-notes.md: traps).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The root `load` grammar (SPEC §7): one TOML value per key, bare words as strings."""
+"""The root `load` grammar (docs/ABI.md): one TOML value per key, bare words as strings."""
 
 from __future__ import annotations
 

@@ -242,7 +242,7 @@ def test_a_recommendation_to_a_model_not_started_is_refused_with_einval(runtime)
 
 
 def test_auto_after_a_pinned_emergency_lets_the_model_leave_emergency(runtime):
-    """SPEC §2/§4: writing "auto" returns to automatic transitions.
+    """docs/ABI.md, mode: writing "auto" returns to automatic transitions.
 
     An emergency that was only pinned has no cause left once unpinned, so
     nothing may keep the model there: with a valid recommendation it must

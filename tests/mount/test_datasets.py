@@ -1,4 +1,4 @@
-"""Dataset portions read by DuckDB, Polars, pandas, pyarrow, cp and mmap (SPEC §2)."""
+"""Dataset portions read by DuckDB, Polars, pandas, pyarrow, cp and mmap (docs/contract.md)."""
 
 from __future__ import annotations
 

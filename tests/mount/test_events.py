@@ -1,4 +1,4 @@
-"""The event streams (SPEC §3) read by real readers: shells, coreutils, Python, poll."""
+"""The event streams (docs/ABI.md, events) read by real readers: shells, coreutils, Python, poll."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Run-time loading (SPEC §7, the modprobe model): load/unload on MOUNT/control, mkdir/rmdir.
+"""Run-time loading (docs/ABI.md, the modprobe model): load/unload on MOUNT/control, mkdir/rmdir.
 
 Real mounts, real loop devices, real kernel files: a loaded `linux.block`
 subsystem changes the device's read_ahead_kb through a model, and unloading

@@ -301,7 +301,7 @@ def test_systemd_units_pass_systemd_analyze_verify(tmp_path):
     assert instance == "mnt-mlfs"
     awkward = run(["systemd-escape", "--path", "/srv/ml fs/mount-1"]).stdout.strip()
     units = [f"mlfs@{instance}.service", f"mlfs@{awkward}.service",
-             "mlfs-train@sim.readahead.service"]
+             "mlfs-train@sim.readahead.service", f"mlfs-fleet-push@{instance}.service"]
     done = run(["systemd-analyze", "verify", "--man=no", *(str(tmp_path / u) for u in units)])
     # unknown keys and bad values are only warnings: any output is a finding
     assert done.returncode == 0 and not done.stdout and not done.stderr, (

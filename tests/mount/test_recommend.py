@@ -1,4 +1,4 @@
-"""Recommendations (SPEC §4) written by a shell and by trainers, on a real mount."""
+"""Recommendations (docs/ABI.md, recommend) written by a shell and by trainers, on a real mount."""
 
 from __future__ import annotations
 

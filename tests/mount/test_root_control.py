@@ -1,4 +1,4 @@
-"""The operator's mount-wide emergency switch: MOUNT/control and MOUNT/errors (SPEC §7)."""
+"""The operator's mount-wide emergency switch: MOUNT/control and MOUNT/errors."""
 
 from __future__ import annotations
 

@@ -1,0 +1,1 @@
+"""The fleet: statistics and learning across many mounts (docs/fleet.md)."""

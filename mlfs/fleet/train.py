@@ -1,0 +1,199 @@
+"""`mlfs fleet train`: one policy from every host's rows, trained on a Dask cluster.
+
+The rows are the fleet store's dataset portions of the subsystem (a name, or a
+glob such as `linux.block.*` pooling devices with the same knobs), read with
+`dask.dataframe.read_parquet`.  Each portion is one host's run of ticks, so
+each partition is turned into training rows by the local learner itself
+(`KnobLearner.training_rows`: decision-time features, knobs, label, weights),
+and `lightgbm.dask.DaskLGBMRegressor` fits them with the learner's own
+parameters: a fleet policy has the local policy's columns, target and format,
+and the local proxy runs it like any uploaded policy.  Two simplifications,
+both per portion rather than per host: the first row of a portion has no
+predecessor and is dropped (1 row in `seal_rows`), and the per-setting weights
+are computed within the portion.
+
+Validation holds out whole hosts (leave one host out, for up to `folds`
+hosts): the reported error is the error on a machine the model never saw.
+Then the model is refitted on every host and published:
+`policies/<S>/<N>.txt` (checked by the policy verifier first: what the
+daemon would refuse is never published) and its card `<N>.json` (rows, hosts,
+time range, validation error overall and per host, feature importances,
+sha256 of the policy), the card last: a policy without a card is not
+published, and pull (`mlfs train --fleet`) uses only a policy whose sha256
+matches its card.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from mlfs import __version__
+from mlfs.core.verifier import verify
+from mlfs.trainers.learner import KnobLearner
+
+from .layout import INFO, POLICIES, policy_path, policy_version
+from .push import Store
+
+log = logging.getLogger("mlfs.fleet")
+
+LABEL, WEIGHT, HOST = "__label", "__weight", "host_id"
+
+
+class TrainError(Exception):
+    """The run cannot publish a policy (str() says why, on one line)."""
+
+
+def load_info(store: Store, pattern: str) -> dict:
+    """The subsystems' `info` as their hosts shipped it; all must agree on knobs and
+    features (a glob pools only devices with the same knobs)."""
+    found = sorted(store.fs.glob(store.path(f"{INFO}/{pattern}/*.json")))
+    if not found:
+        raise TrainError(f"{store.url}: no {INFO}/{pattern}/<host>.json: nothing pushed yet")
+    infos = [json.loads(store.fs.cat_file(p)) for p in found]
+    shape = {(json.dumps(i["knobs"], sort_keys=True), json.dumps(i["features"], sort_keys=True))
+             for i in infos}
+    if len(shape) > 1:
+        raise TrainError(f"{pattern}: hosts disagree on knobs or features; train each apart")
+    return infos[0]
+
+
+def _aligned(frame: pd.DataFrame, info: Mapping[str, Any]) -> pd.DataFrame:
+    """One portion's rows as the local learner trains on them (a map_partitions step)."""
+    learner = KnobLearner(info, window=len(frame) + 1, feedback_window=1)
+    columns = learner.columns + [LABEL, WEIGHT, HOST]
+    if len(frame):
+        learner.add_dataset(pa.Table.from_pandas(frame, preserve_index=False))
+    X, y, w = learner.training_rows()
+    out = pd.DataFrame(X, columns=learner.columns)
+    out[LABEL] = y
+    out[WEIGHT] = w
+    out[HOST] = frame[HOST].iloc[0] if len(frame) and len(y) else ""
+    return out[columns]
+
+
+def next_version(store: Store, subsystem: str) -> int:
+    try:
+        names = [p.rsplit("/", 1)[-1] for p in store.fs.ls(store.path(f"{POLICIES}/{subsystem}"),
+                                                            detail=False)]
+    except FileNotFoundError:
+        names = []
+    versions = [v[0] for v in map(policy_version, names) if v]
+    return max(versions, default=0) + 1
+
+
+def train(url: str, subsystem: str, scheduler: str | None = None, *, folds: int = 5,
+          n_workers: int = 2, num_boost_round: int | None = None) -> dict:
+    """Train and publish one fleet policy; returns its card."""
+    import dask
+    import dask.dataframe as dd
+    from distributed import Client, LocalCluster
+    from lightgbm.dask import DaskLGBMRegressor
+
+    started = time.perf_counter()
+    timings: dict[str, float] = {}
+    store = Store(url)
+    info = load_info(store, subsystem)
+    probe = KnobLearner(info)
+    rounds = num_boost_round or probe.num_boost_round
+    wanted = sorted({"tick", "ts", "objective", HOST, *probe.feature_columns,
+                     *probe.knob_columns})
+    paths = store.path(f"subsystem={subsystem}/*/kind=dataset/*.parquet")
+    if not store.fs.glob(paths):
+        raise TrainError(f"{url}: no dataset rows of {subsystem}")
+    cluster = None if scheduler else LocalCluster(
+        n_workers=n_workers, threads_per_worker=1, dashboard_address=None, processes=True)
+    try:
+        with Client(scheduler or cluster) as client:
+            raw = dd.read_parquet(paths if store.local else store.fs.unstrip_protocol(paths),
+                                  columns=wanted,
+                                  storage_options=store.fs.storage_options or None)
+            meta = _aligned(raw._meta, info)
+            # one part per portion is many small parts; lightgbm.dask pays per part
+            rows = raw.map_partitions(_aligned, info, meta=meta)
+            rows = rows.repartition(npartitions=max(1, min(rows.npartitions,
+                                                           4 * n_workers)))
+            timings["read_align"] = time.perf_counter() - started
+            # one graph: the portions are read once for rows, hosts and time range
+            # (value_counts is a tree reduction; groupby().size() shuffled, 9 s)
+            lo, hi, per_host = dask.compute(raw.ts.min(), raw.ts.max(),
+                                            rows[HOST].value_counts())
+            per_host = per_host.sort_index()
+            per_host = per_host[per_host.index != ""]
+            rows = rows.persist()
+            if per_host.sum() < 20:
+                raise TrainError(f"{subsystem}: {int(per_host.sum())} training rows; need 20")
+            hosts = list(per_host.index)
+            params = dict(probe.params, n_estimators=rounds)
+            params.pop("num_threads", None)
+            params.pop("seed", None)
+
+            def fit(frame):
+                # lightgbm.dask refuses an empty part ("Input data must be 2
+                # dimensional and non empty"): holding a host out empties some
+                sizes = frame.map_partitions(len).compute()
+                frame = frame.partitions[[i for i, n in enumerate(sizes) if n]]
+                model = DaskLGBMRegressor(client=client, random_state=probe.seed, n_jobs=1,
+                                          **params)
+                model.fit(frame[probe.columns], frame[LABEL], sample_weight=frame[WEIGHT])
+                return model.to_local().booster_
+
+            timings["summaries"] = time.perf_counter() - started
+            validation: dict[str, float] = {}
+            errors: list[np.ndarray] = []
+            if len(hosts) >= 2:
+                for held in hosts[:folds]:
+                    booster = fit(rows[rows[HOST] != held])
+                    local = rows[rows[HOST] == held].compute()
+                    pred = booster.predict(local[probe.columns].to_numpy())
+                    err = np.abs(local[LABEL].to_numpy() - pred)
+                    validation[held] = float(err.mean())
+                    errors.append(err)
+            timings["validation"] = time.perf_counter() - started
+            booster = fit(rows)
+            timings["fit"] = time.perf_counter() - started
+    finally:
+        if cluster is not None:
+            cluster.close()
+    text = booster.model_to_string()
+    verify(text)  # what the daemon would refuse is never published
+    gains = booster.feature_importance("gain")
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    version = next_version(store, subsystem)
+    card = {
+        "version": version,
+        "subsystem": subsystem,
+        "policy": policy_path(subsystem, version, "txt").rsplit("/", 1)[-1],
+        "sha256": digest,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "mlfs_version": __version__,
+        "rows": int(per_host.sum()),
+        "hosts": {h: int(n) for h, n in per_host.items()},
+        "time_range": [pd.Timestamp(lo).isoformat(), pd.Timestamp(hi).isoformat()],
+        "validation": {
+            "method": "leave one host out",
+            # None with one host: no machine left to hold out
+            "mae": float(np.concatenate(errors).mean()) if errors else None,
+            "mae_per_host": validation,
+        },
+        "feature_importance_gain": {n: float(g) for n, g in
+                                    zip(booster.feature_name(), gains, strict=True)},
+        "columns": probe.columns,
+        "objective": info.get("objective"),
+        "params": {k: v for k, v in params.items() if isinstance(v, int | float | str)},
+        "scheduler": scheduler or f"LocalCluster({n_workers} workers)",
+        "seconds": round(time.perf_counter() - started, 3),
+        "seconds_after": {k: round(v, 3) for k, v in timings.items()},
+    }
+    store.put(policy_path(subsystem, version, "txt"), text.encode())
+    store.put(policy_path(subsystem, version, "json"),
+              (json.dumps(card, indent=2) + "\n").encode())  # last
+    return card

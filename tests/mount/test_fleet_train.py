@@ -1,0 +1,248 @@
+"""`mlfs fleet train`: rows pushed by real mounts, trained on LocalCluster and on a real
+`dask scheduler` / `dask worker` cluster (separate processes on 127.0.0.1)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from mlfs.trainers.learner import KnobLearner
+
+from mlfs.core.verifier import verify
+from tests.conftest import (
+    FAST_CONFIG,
+    REPO,
+    Mount,
+    fuse_unavailable,
+    mlfs_command,
+    new_model,
+    wait_for,
+)
+
+pytestmark = pytest.mark.mount
+
+DASK = str(Path(sys.executable).with_name("dask"))
+
+
+def start_trainer(m: Mount, *extra: str) -> subprocess.Popen:
+    """`mlfs train` on the host, its log in m.root/<name>-train.log."""
+    with open(m.root / f"{m.mountpoint.name}-train.log", "ab") as log:
+        return subprocess.Popen(
+            mlfs_command("train", str(m.mountpoint), "sim.readahead", *extra),
+            stdout=log, stderr=log, cwd=REPO)
+
+
+def end(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+@pytest.fixture(scope="module")
+def fleet_store():
+    """Two hosts (seeds 1 and 2), each with a model pinned to collaboration (half the
+    ticks follow its recommendations) trying read_ahead_kb settings in turn, ran 8
+    portions and pushed once; the mounts are gone."""
+    reason = fuse_unavailable()
+    if reason:
+        pytest.skip(reason)
+    root = Path(tempfile.mkdtemp(prefix="mlfs-test-", dir="/tmp"))
+    os.chmod(root, 0o755)
+    store = root / "store"
+    hosts = []
+    mounts = [Mount(root, config=FAST_CONFIG.replace("seed = 1", f"seed = {i}"), name=f"h{i}")
+              for i in (1, 2)]
+    trainers: list[subprocess.Popen] = []
+    try:
+        models = []
+        for m in mounts:
+            m.start()
+            models.append(new_model(m.sub, "explore"))
+            (models[-1] / "mode").write_text("collaboration\n")
+        settings = [0, 16, 64, 128, 512, 1024, 2048, 4096]
+        step = 0
+        while min(len(list((m.sub / "dataset").glob("*.parquet"))) for m in mounts) < 8:
+            for model in models:
+                (model / "recommend").write_text(f"read_ahead_kb={settings[step % 8]}\n")
+            step += 1
+            time.sleep(0.1)
+        for m in mounts:
+            done = subprocess.run(
+                mlfs_command("fleet", "push", str(m.mountpoint), "--store", str(store),
+                             "--state-dir", str(m.state_dir), "--once"),
+                capture_output=True, text=True, timeout=60, cwd=REPO)
+            assert done.returncode == 0, done.stderr
+            hosts.append((m.mountpoint / "host").read_text().strip())
+        info = json.loads((mounts[0].sub / "info").read_text())
+    finally:
+        for proc in trainers:
+            end(proc)
+        for m in mounts:
+            m.kill(signal.SIGTERM)
+    yield store, hosts, info
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def train(store: Path, *extra: str) -> dict:
+    done = subprocess.run(
+        mlfs_command("fleet", "train", "--store", str(store), "--subsystem", "sim.readahead",
+                     "--json", *extra),
+        capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+def check_published(store: Path, card: dict, hosts: list[str], info: dict) -> None:
+    folder = store / "policies" / "sim.readahead"
+    text = (folder / f"{card['version']:010d}.txt").read_text()
+    assert json.loads((folder / f"{card['version']:010d}.json").read_text()) == card
+    assert hashlib.sha256(text.encode()).hexdigest() == card["sha256"]
+    verify(text)  # the daemon's own check
+    columns = KnobLearner(info).columns  # the local learner's columns, in its order
+    assert f"feature_names={' '.join(columns)}\n" in text
+    assert sorted(card["hosts"]) == sorted(hosts) and card["rows"] == sum(card["hosts"].values())
+    assert card["rows"] > 200
+    # validation on machines the model never saw: one error per held-out host
+    assert sorted(card["validation"]["mae_per_host"]) == sorted(hosts)
+    assert card["validation"]["mae"] > 0
+    assert set(card["feature_importance_gain"]) == set(columns)
+    assert card["time_range"][0] < card["time_range"][1]
+    assert card["feature_importance_gain"]["knob_read_ahead_kb"] > 0  # it learned the knob
+
+
+@pytest.fixture(scope="module")
+def trained(fleet_store):
+    """One LocalCluster training round's card."""
+    return train(fleet_store[0])
+
+
+def test_local_cluster_publishes_a_verified_policy_and_its_card(fleet_store, trained):
+    store, hosts, info = fleet_store
+    assert trained["scheduler"].startswith("LocalCluster")
+    check_published(store, trained, hosts, info)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_real_scheduler_and_worker_processes_train_and_publish_the_next_version(
+        fleet_store, tmp_path):
+    store, hosts, info = fleet_store
+    port = _free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    procs: list[subprocess.Popen] = []
+    log = open(tmp_path / "dask.log", "ab")  # noqa: SIM115  (closed in finally)
+    # the scheduler and workers unpickle mlfs's functions: this checkout's mlfs, as a
+    # real cluster needs mlfs installed on every worker (docs/fleet.md)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    try:
+        procs.append(subprocess.Popen(
+            [DASK, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
+            stdout=log, stderr=log, cwd=REPO, env=env))
+        for _ in range(2):
+            procs.append(subprocess.Popen(
+                [DASK, "worker", address, "--nthreads", "1", "--no-nanny", "--no-dashboard",
+                 "--host", "127.0.0.1"], stdout=log, stderr=log, cwd=REPO, env=env))
+        wait_for(lambda: (tmp_path / "dask.log").read_text().count(
+            "Register worker") >= 2, timeout=60, what="two workers registered")
+        before = len(list((store / "policies" / "sim.readahead").glob("*.json"))) \
+            if (store / "policies").exists() else 0
+        card = train(store, "--scheduler", address)
+        assert card["scheduler"] == address and card["version"] == before + 1
+        check_published(store, card, hosts, info)
+    finally:
+        for proc in reversed(procs):
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 20
+        for proc in procs:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait()
+        log.close()
+
+
+def policy_file(store: Path, version: int, suffix: str) -> Path:
+    return store / "policies" / "sim.readahead" / f"{version:010d}.{suffix}"
+
+
+def test_pull_starts_a_new_host_from_the_fleet_policy(fleet_store, trained, mount_root):
+    store, hosts, _ = fleet_store
+    newest = max(int(p.stem) for p in policy_file(store, 1, "json").parent.glob("*.json"))
+    expected = policy_file(store, newest, "txt").read_text()
+    m = Mount(mount_root, config=FAST_CONFIG.replace("seed = 1", "seed = 3"), name="new")
+    worker = None
+    try:
+        m.start()
+        assert (m.mountpoint / "host").read_text().strip() not in hosts
+        worker = start_trainer(m, "--fleet", str(store), "--max-seconds", "30")
+        policy = m.sub / "models" / "lgbm" / "policy"
+        wait_for(lambda: policy.exists() and policy.read_text() == expected, timeout=30,
+                 interval=0.01, what="the fleet policy uploaded to the local model")
+    finally:
+        if worker is not None:
+            end(worker)
+        m.kill(signal.SIGTERM)
+    log = (m.root / "new-train.log").read_text()
+    assert f"starting from fleet policy {newest} " in log
+
+
+def test_policy_whose_checksum_does_not_match_its_card_is_never_used(
+        fleet_store, trained, mount_root):
+    store, _, _ = fleet_store
+    good = max(int(p.stem) for p in policy_file(store, 1, "json").parent.glob("*.json"))
+    bad = good + 1
+    text = policy_file(store, good, "txt").read_text()
+    card = json.loads(policy_file(store, good, "json").read_text())
+    # one digit of one leaf changed: still a valid model, not the one the card describes
+    at = text.index("leaf_value=") + len("leaf_value=")
+    digit = next(i for i in range(at, len(text)) if text[i].isdigit())
+    tampered = text[:digit] + str((int(text[digit]) + 1) % 10) + text[digit + 1:]
+    verify(tampered)
+    policy_file(store, bad, "txt").write_text(tampered)
+    policy_file(store, bad, "json").write_text(json.dumps(dict(card, version=bad)))
+    m = Mount(mount_root, config=FAST_CONFIG.replace("seed = 1", "seed = 4"), name="new")
+    worker = None
+    try:
+        m.start()
+        pinned = subprocess.run(
+            mlfs_command("train", str(m.mountpoint), "sim.readahead", "--fleet", str(store),
+                         "--fleet-version", str(bad)),
+            capture_output=True, text=True, timeout=60, cwd=REPO)
+        assert pinned.returncode == 1
+        assert f"policy {bad}: sha256" in pinned.stderr and "does not match its card" in \
+            pinned.stderr
+        assert not (m.sub / "models" / "lgbm").exists()  # nothing was touched
+        # the newest is the tampered one: skipped, logged, the newest good one used
+        worker = start_trainer(m, "--fleet", str(store), "--max-seconds", "30")
+        policy = m.sub / "models" / "lgbm" / "policy"
+        wait_for(lambda: policy.exists() and policy.read_text() == text, timeout=30,
+                 interval=0.01, what="the newest good fleet policy uploaded")
+        assert policy.read_text() != tampered
+    finally:
+        if worker is not None:
+            end(worker)
+        m.kill(signal.SIGTERM)
+        for suffix in ("txt", "json"):
+            policy_file(store, bad, suffix).unlink()
+    log = (m.root / "new-train.log").read_text()
+    assert f"policy {bad}: sha256" in log and f"starting from fleet policy {good} " in log
