@@ -29,14 +29,14 @@ def perm(path) -> tuple[int, int, int, bool]:
 
 def test_root_and_subsystem_entries_have_the_spec_modes_and_owner(shared_mount):
     root, sub = shared_mount.mountpoint, shared_mount.sub
-    assert sorted(os.listdir(root)) == ["backends", "control", "errors", "events", "metrics",
-                                        "sim.readahead", "version"]
+    assert sorted(os.listdir(root)) == ["backends", "control", "errors", "events", "host",
+                                        "metrics", "sim.readahead", "version"]
     assert sorted(os.listdir(sub)) == SUB_ENTRIES
     assert os.listdir(sub / "knobs") == ["read_ahead_kb"]
     expected = {
         root: (0o755, True), root / "version": (0o444, False),
         root / "events": (0o444, False), root / "metrics": (0o444, False),
-        root / "backends": (0o444, False),
+        root / "backends": (0o444, False), root / "host": (0o444, False),
         root / "control": (0o200, False), root / "errors": (0o444, False),
         sub: (0o755, True), sub / "info": (0o444, False), sub / "control": (0o200, False),
         sub / "objective": (0o644, False), sub / "knobs": (0o755, True),

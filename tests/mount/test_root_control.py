@@ -72,7 +72,8 @@ def test_root_control_and_errors_have_sysfs_modes(two):
     assert stat.S_IMODE(errors.st_mode) == 0o444
     assert (two.mountpoint / "errors").read_text() == ""
     assert sorted(p.name for p in two.mountpoint.iterdir()) == [
-        "backends", "control", "errors", "events", "metrics", "sim.a", "sim.b", "version"]
+        "backends", "control", "errors", "events", "host", "metrics", "sim.a", "sim.b",
+        "version"]
 
 
 def test_emergency_pins_every_model_of_both_subsystems_and_auto_releases_them(two):
