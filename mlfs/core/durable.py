@@ -32,10 +32,14 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_durably(path: Path, data: bytes) -> None:
-    """Replace `path` with `data`: tmp file, fsync, rename, fsync the directory."""
+def write_durably(path: Path, data: bytes, tmp: Path | None = None) -> None:
+    """Replace `path` with `data`: tmp file, fsync, rename, fsync the directory.
+
+    `tmp` names the temporary file (default `<name>.tmp` beside it): a shared
+    store read by globbing wants a hidden one, so readers never list it.
+    """
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(path.name + ".tmp") if tmp is None else Path(tmp)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
     try:
         view = memoryview(data)

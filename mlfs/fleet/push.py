@@ -47,7 +47,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mlfs.core.durable import fsync_dir, write_durably
+from mlfs.core.durable import write_durably
 from mlfs.core.statedir import FORMAT_FILE
 
 from .layout import (
@@ -102,17 +102,7 @@ def _protocols(fs) -> tuple[str, ...]:
 
 def _put_local(target: Path, data: bytes) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, target)
-    fsync_dir(target.parent)
+    write_durably(target, data, tmp=target.with_name(f".{target.name}.tmp"))
 
 
 def store_key(url: str) -> str:
