@@ -25,7 +25,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import mlfs.backends.linux_common as common
+import mlfs.backends.linux_files as kernel
 import pytest
 from mlfs.backends import create_subsystems
 from mlfs.backends.linux_block import LinuxBlock, auto_devices, current_scheduler
@@ -86,15 +86,19 @@ def vm_guard() -> Iterator[dict[str, str]]:
 
 @pytest.fixture
 def writes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
-    """Every kernel write the backends make, recorded (and still performed)."""
+    """Every kernel write the backends make, recorded (and still performed).
+
+    linux_files.write_text is the one place the controller and the ledger
+    write a kernel file (they call it through the module, so this spy sees it).
+    """
     seen: list[tuple[str, str]] = []
-    real = common.write_text
+    real = kernel.write_text
 
     def spy(path, value):
         seen.append((str(path), value))
         return real(path, value)
 
-    monkeypatch.setattr(common, "write_text", spy)
+    monkeypatch.setattr(kernel, "write_text", spy)
     return seen
 
 
