@@ -1,0 +1,63 @@
+"""The layering, checked: the import-linter contracts in pyproject.toml hold.
+
+The contracts name modules as pip installs them (`mlfs.backends`,
+`mlfs.trainers` inside the package), while a checkout keeps backends/ and
+trainers/ beside mlfs/.  So the checkout's Python files are laid out the
+installed way in a temporary directory, and lint-imports runs there: the same
+contracts then hold for the checkout and for an installed copy.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+#: what pip puts where (pyproject's package-dir mapping)
+INSTALLED = {"mlfs": "mlfs", "backends": "mlfs/backends", "trainers": "mlfs/trainers"}
+
+
+def contracts() -> dict[str, dict]:
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
+    return {c["id"]: c for c in config["contracts"]}
+
+
+@pytest.fixture(scope="module")
+def installed_layout(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("layout")
+    for source, target in INSTALLED.items():
+        shutil.copytree(REPO / source, root / target, dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copy(REPO / "pyproject.toml", root / "pyproject.toml")
+    return root
+
+
+def test_import_contracts_hold(installed_layout: Path) -> None:
+    lint = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
+    if lint is None:
+        pytest.skip("import-linter is missing (pip install -e '.[test]')")
+    env = dict(os.environ, PYTHONPATH=str(installed_layout))
+    done = subprocess.run([lint, "--no-cache", "--no-logo", "pyproject.toml"],
+                          cwd=installed_layout, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"Contracts: {len(contracts())} kept, 0 broken." in done.stdout, done.stdout
+
+
+def test_the_trainers_contract_forbids_every_module_but_client_and_abi(
+        installed_layout: Path) -> None:
+    # the trainers' contract lists what is forbidden; a module added to mlfs later
+    # must land on that list (or be allowed here, on purpose), not slip past it
+    allowed = {"mlfs.abi", "mlfs.client", "mlfs.trainers", "mlfs.__init__"}
+    package = installed_layout / "mlfs"
+    modules = {f"mlfs.{p.stem}" for p in package.glob("*.py")}
+    modules |= {f"mlfs.{p.name}" for p in package.iterdir() if (p / "__init__.py").is_file()}
+    forbidden = set(contracts()["trainers"]["forbidden_modules"])
+    assert modules - allowed - forbidden == set(), "add them to the trainers contract"
+    assert forbidden <= modules | {"pyfuse3"}, "the contract names modules that do not exist"
