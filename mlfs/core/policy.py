@@ -200,6 +200,13 @@ def _check_main() -> int:
         pass
     from .errors import Refused
 
+    # LightGBM imports scikit-learn and pandas at import time when they are installed
+    # (the fleet extra installs both) for interfaces this check never uses: it needs
+    # only Booster.  Hidden from this child, `import lightgbm` takes 0.96 s CPU and
+    # 56 MB instead of 4.1 s and 194 MB (measured, /usr/bin/time, lightgbm 4.7): less
+    # of the CPU limit above spent before the policy is even read, and a faster upload.
+    for name in ("sklearn", "pandas"):
+        sys.modules.setdefault(name, None)  # type: ignore[arg-type]  # import -> ImportError
     text = sys.stdin.buffer.read()
     try:
         verified = verify(text)
