@@ -18,7 +18,7 @@ import pytest
 from mlfs import __version__
 from mlfs.cli import EXAMPLES, build_parser
 from mlfs.config import default_text
-from tests.conftest import REPO, mlfs_command
+from tests.harness import REPO, mlfs_command
 
 
 def run(*args: str, timeout: float = 60, **kwargs) -> subprocess.CompletedProcess:

@@ -9,7 +9,7 @@ import tomllib
 
 import pytest
 
-from tests.conftest import REPO
+from tests.harness import REPO
 
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
 

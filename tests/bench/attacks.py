@@ -37,7 +37,7 @@ def _repo_from_argv() -> Path:
 REPO = _repo_from_argv()
 sys.path.insert(0, str(REPO))
 
-from tests.conftest import FAST_CONFIG, Mount, mlfs_command, write_errno  # noqa: E402
+from tests.harness import FAST_CONFIG, Mount, mlfs_command, write_errno  # noqa: E402
 
 NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
 

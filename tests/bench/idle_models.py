@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.conftest import Mount
+from tests.harness import Mount
 
 
 def cpu_seconds(pid: int) -> float:

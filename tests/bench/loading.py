@@ -33,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.conftest import FAST_CONFIG, Mount, write_errno
+from tests.harness import FAST_CONFIG, Mount, write_errno
 
 
 def first_row(mount: Mount, command: str, name: str) -> dict:

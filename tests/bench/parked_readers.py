@@ -41,7 +41,7 @@ import threading
 import time
 from pathlib import Path
 
-from tests.conftest import FAST_CONFIG, REPO, Mount, mlfs_command, new_model
+from tests.harness import FAST_CONFIG, REPO, Mount, mlfs_command, new_model
 
 NOBODY_UID = 65534
 NOGROUP_GID = 65534

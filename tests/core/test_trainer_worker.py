@@ -393,39 +393,3 @@ def test_refusals_are_logged_with_the_reason_and_survived(fake: FakeMount, caplo
         stop.set()
         thread.join(3)
     assert result["rejected"] >= 1 and not thread.is_alive()
-
-
-@pytest.mark.mount
-def test_worker_on_a_real_mount(mount) -> None:
-    """The whole loop on the real daemon: every input the worker writes is accepted,
-    its policy loads, and it re-creates its proxy after an rmdir."""
-    sub = mount.sub
-    model_dir = sub / "models" / "lgbm"
-    stop = threading.Event()
-    result: dict = {}
-
-    def target() -> None:
-        result.update(run_worker(str(mount.mountpoint), "sim.readahead", "lgbm", stop=stop,
-                                 max_seconds=90, log=logging.getLogger("test.train")))
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    try:
-        wait_for(lambda: model_dir.is_dir() and (model_dir / "policy").read_text(), 45,
-                 "a policy on the mount")
-        info = json.loads((sub / "info").read_text())
-        names = lgb.Booster(model_str=(model_dir / "policy").read_text()).feature_name()
-        assert names == list(info["features"]) + ["knob_read_ahead_kb"]
-        os.rmdir(model_dir)
-        wait_for(lambda: model_dir.is_dir()
-                 and (model_dir / "state").read_text() in ("started\n", "running\n"), 15,
-                 "the proxy re-created and started")
-        wait_for(lambda: (model_dir / "policy").read_text(), 20, "the policy re-uploaded")
-    finally:
-        stop.set()
-        thread.join(10)
-    assert not thread.is_alive()
-    assert result["fits"] >= 1 and result["policies"] >= 2
-    assert result["recommendations"] >= 1
-    assert result["rejected"] == 0 and result["policy_rejected"] == 0, result
-    assert (model_dir / "errors").read_text() == ""

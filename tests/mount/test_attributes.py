@@ -10,7 +10,7 @@ import stat
 import pytest
 
 from mlfs.abi import ABI_VERSION
-from tests.conftest import sh, wait_for, write_errno
+from tests.harness import sh, wait_for, write_errno
 
 SUB_ENTRIES = ["control", "dataset", "events", "info", "knobs", "models", "objective"]
 MODEL_ENTRIES = ["control", "efficiency", "errors", "feedback", "knobs", "mode",

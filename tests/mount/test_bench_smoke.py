@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO, fuse_unavailable
+from tests.harness import REPO, fuse_unavailable
 
 pytestmark = pytest.mark.mount
 

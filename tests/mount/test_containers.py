@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.harness import REPO
 
 SCRIPT = REPO / "docker" / "build-and-run.sh"
 #: a cold run (debootstrap, two builds with pip) takes ~4 min here; leave room for slow mirrors

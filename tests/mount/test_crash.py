@@ -9,7 +9,7 @@ import time
 
 import pyarrow.parquet as pq
 
-from tests.conftest import QUIET_CONFIG, Mount, read_rows, sh, wait_for, write_errno
+from tests.harness import QUIET_CONFIG, Mount, read_rows, sh, wait_for, write_errno
 
 
 def metric(mount: Mount, name: str) -> float:

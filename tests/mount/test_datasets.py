@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import Models, Mount, sh, wait_for, write_errno
+from tests.harness import Models, Mount, sh, wait_for, write_errno
 
 
 @pytest.fixture

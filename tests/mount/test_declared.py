@@ -11,8 +11,7 @@ import json
 import signal
 from pathlib import Path
 
-from tests.conftest import Mount, sh, wait_for
-from tests.mount.test_linux_safety import ledger, read_ahead
+from tests.harness import Mount, ledger, read_ahead, sh, wait_for
 
 DECLARED_CONFIG = """
 [store]

@@ -16,7 +16,7 @@ import time
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import (
+from tests.harness import (
     FAST_CONFIG,
     QUIET_CONFIG,
     REPO,

@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from tests.conftest import FAST_CONFIG, Mount, new_model, wait_for, write_errno
+from tests.harness import FAST_CONFIG, Mount, new_model, wait_for, write_errno
 
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 

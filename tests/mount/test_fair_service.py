@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from tests.conftest import (
+from tests.harness import (
     QUIET_CONFIG,
     REPO,
     Mount,

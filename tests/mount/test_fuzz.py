@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import new_model, wait_for, write_errno
+from tests.harness import new_model, wait_for, write_errno
 
 FUZZ = settings(max_examples=150, deadline=None, database=None, derandomize=True,
                 suppress_health_check=[HealthCheck.function_scoped_fixture,

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import Mount, sh, wait_for
+from tests.harness import Mount, sh, wait_for
 
 LOOP_CONFIG = """
 [store]

@@ -9,7 +9,7 @@ import subprocess
 
 import pyarrow.parquet as pq
 
-from tests.conftest import REPO, mlfs_command, sh, wait_for, write_errno
+from tests.harness import REPO, mlfs_command, sh, wait_for, write_errno
 
 
 def text(path) -> str:

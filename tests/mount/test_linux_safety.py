@@ -18,46 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Mount, sh, wait_for
-
-BLOCK_CONFIG = """
-[store]
-seal_seconds = 1.0
-
-[modes]
-silence_seconds = 600.0
-
-[[subsystem]]
-backend = "linux.block"
-devices = ["{device}"]
-tick_seconds = 0.1
-measure_seconds = 0.05
-{apply}
-"""
-
-APPLY = "apply = {read_ahead_kb = [16, 4096]}"
-
-
-def read_ahead(device: str) -> str:
-    return Path(f"/sys/block/{device}/queue/read_ahead_kb").read_text().strip()
-
-
-def ledger(m: Mount) -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted((m.state_dir / "ledger").glob("*.json"))]
-
-
-def recommend(m: Mount, device: str, value: int) -> Path:
-    """A started model pinned in recommendation mode that recommends `value`."""
-    sub = m.mountpoint / f"linux.block.{device}"
-    info = json.loads((sub / "info").read_text())
-    assert info["knobs"]["read_ahead_kb"]["min"] == 16
-    assert info["knobs"]["read_ahead_kb"]["max"] == 4096
-    model = sub / "models" / "m"
-    done = sh(f"mkdir {model} && echo start > {model}/control && "
-              f"echo recommendation > {model}/mode && "
-              f"echo read_ahead_kb={value} > {model}/recommend")
-    assert done.returncode == 0, done.stderr
-    return model
+from tests.harness import APPLY, BLOCK_CONFIG, Mount, ledger, read_ahead, recommend, sh, wait_for
 
 
 def test_sigkill_then_next_mount_restores_the_original(mount_root: Path, loop: str) -> None:

@@ -22,18 +22,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import (
+from tests.harness import (
     FAST_CONFIG,
     REPO,
     EventStream,
     Mount,
+    fill,
     mlfs_command,
+    read_ahead,
+    recommend,
     sh,
+    tmpfs,
     wait_for,
     write_errno,
 )
-from tests.mount.test_linux_safety import read_ahead, recommend
-from tests.mount.test_storage_faults import fill, tmpfs
 
 NOBODY = "setpriv --reuid=nobody --regid=nogroup --clear-groups"
 APPLY = "apply={read_ahead_kb=[16,4096]}"

@@ -29,7 +29,7 @@ import trio
 
 from mlfs import http as mlfs_http
 from mlfs.config import parse_config
-from tests.conftest import (
+from tests.harness import (
     REPO,
     Models,
     Mount,

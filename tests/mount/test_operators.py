@@ -23,7 +23,7 @@ import pytest
 
 from mlfs import mount_helper
 from mlfs.config import load_config
-from tests.conftest import REPO, Mount, fuse_unavailable, sh, wait_for
+from tests.harness import REPO, Mount, fuse_unavailable, sh, wait_for
 
 SBIN_HELPER = Path("/sbin/mount.fuse.mlfs")
 SYSTEMD = REPO / "systemd"

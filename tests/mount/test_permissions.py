@@ -7,7 +7,7 @@ import shutil
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import sh, wait_for
+from tests.harness import sh, wait_for
 
 NOBODY = "setpriv --reuid=nobody --regid=nogroup --clear-groups"
 

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from mlfs.abi import ABI_VERSION
-from tests.conftest import FAST_CONFIG, REPO, Mount, mlfs_command, wait_for, write_errno
+from tests.harness import FAST_CONFIG, REPO, Mount, mlfs_command, wait_for, write_errno
 
 EXAMPLE = REPO / "tests" / "plugin" / "mlfs-backend-example"
 

@@ -27,7 +27,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import Mount, new_model, wait_for
+from tests.harness import Mount, new_model, wait_for
 
 COLUMNS = ["sequential_ratio", "mem_pressure", "knob_read_ahead_kb"]
 WATCHDOG_SECONDS = 5.0

@@ -7,7 +7,7 @@ import re
 import subprocess
 import sys
 
-from tests.conftest import REPO
+from tests.harness import REPO
 
 
 def first_look() -> list[str]:

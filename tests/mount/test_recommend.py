@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from tests.conftest import EventStream, read_rows, sh, wait_for, write_errno
+from tests.harness import EventStream, read_rows, sh, wait_for, write_errno
 
 ERROR_LINE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?Z) (\S+) (.+)$")
 

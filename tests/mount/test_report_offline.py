@@ -7,7 +7,7 @@ import os
 import re
 import subprocess
 
-from tests.conftest import REPO, mlfs_command, new_model, read_rows, wait_for, write_errno
+from tests.harness import REPO, mlfs_command, new_model, read_rows, wait_for, write_errno
 
 
 def run_mlfs(*args: str, timeout: float = 120, env=None) -> subprocess.CompletedProcess:

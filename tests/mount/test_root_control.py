@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from tests.conftest import (
+from tests.harness import (
     FAST_CONFIG,
     REPO,
     EventStream,

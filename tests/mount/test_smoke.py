@@ -6,7 +6,7 @@ import json
 
 import pyarrow.parquet as pq
 
-from tests.conftest import sh, wait_for
+from tests.harness import sh, wait_for
 
 
 def test_version_info_and_layout_match_the_contract(mount):

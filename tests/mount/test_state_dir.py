@@ -22,16 +22,20 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import (
+from tests.harness import (
+    APPLY,
+    BLOCK_CONFIG,
     FAST_CONFIG,
     REPO,
     Mount,
+    ledger,
     mlfs_command,
+    read_ahead,
     read_rows,
+    recommend,
     wait_for,
     write_errno,
 )
-from tests.mount.test_linux_safety import APPLY, BLOCK_CONFIG, ledger, read_ahead, recommend
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 

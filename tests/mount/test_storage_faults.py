@@ -8,7 +8,6 @@ stays up, writers get the errno, nothing acknowledged is lost.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import subprocess
@@ -18,7 +17,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import EventStream, Mount, new_model, wait_for, write_errno
+from tests.harness import EventStream, Mount, fill, new_model, tmpfs, wait_for, write_errno
 
 MODEL_DIR = Path("sim.readahead/models")
 
@@ -35,43 +34,11 @@ def journal_rows(m: Mount, model: str) -> list[dict]:
     return rows
 
 
-@contextlib.contextmanager
-def tmpfs(directory: Path, size: str):
-    """A tmpfs of `size` at `directory`; unmounted after (the mlfs mount goes first)."""
-    directory.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs",
-                           str(directory)], capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs: {done.stderr.strip()}")
-    try:
-        yield directory
-    finally:
-        subprocess.run(["umount", "-l", str(directory)], capture_output=True)
-
-
 @pytest.fixture
 def small_state_dir(mount_root):
     """A 2 MiB tmpfs as the state dir of `Mount(mount_root)`."""
     with tmpfs(mount_root / "mnt-state", "2m") as state:
         yield state
-
-
-def fill(directory: Path) -> Path:
-    """Write a file until the file system is full (ENOSPC)."""
-    filler = directory / "filler"
-    with open(filler, "wb", buffering=0) as fh:
-        block = b"\0" * 65536
-        try:
-            while True:
-                fh.write(block)
-        except OSError as exc:
-            assert exc.errno == errno.ENOSPC
-        try:
-            while True:  # the last pages, byte by byte-ish
-                fh.write(b"\0" * 512)
-        except OSError:
-            pass
-    return filler
 
 
 def test_a_full_state_dir_is_a_critical_state_not_a_crash_and_loses_nothing(
@@ -245,7 +212,7 @@ def test_idle_models_hold_no_file_descriptors(mount_root):
 
 
 def test_mkdir_beyond_max_models_gets_enospc(mount_root):
-    from tests.conftest import FAST_CONFIG
+    from tests.harness import FAST_CONFIG
 
     m = Mount(mount_root, FAST_CONFIG.replace("[mount]\n", "[mount]\nmax_models = 3\n"))
     m.start()

@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 
-from tests.conftest import REPO, Mount, wait_for
+from tests.harness import REPO, Mount, wait_for
 
 
 def _policy(model) -> str:

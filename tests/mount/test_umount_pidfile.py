@@ -16,7 +16,7 @@ import time
 import pytest
 
 from mlfs import runfile
-from tests.conftest import REPO, Mount, mlfs_command, wait_for
+from tests.harness import REPO, Mount, mlfs_command, wait_for
 
 
 def umount(mountpoint, timeout: float = 60, env=None) -> subprocess.CompletedProcess:
