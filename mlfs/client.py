@@ -66,8 +66,12 @@ def gone(exc: OSError) -> bool:
 
 # ---- attributes ---------------------------------------------------------------------------
 def read_attr(path: Path | str) -> str:
-    """An attribute's value, stripped; OSError (errno kept) when it cannot be read."""
-    with open(path, encoding="ascii", errors="replace") as f:
+    """An attribute's value, stripped; OSError (errno kept) when it cannot be read.
+
+    Attributes are ASCII; `errors` quotes what a user wrote, so anything else
+    is decoded with replacement characters rather than raising.
+    """
+    with open(path, encoding="utf-8", errors="replace") as f:
         return f.read().strip()
 
 
@@ -317,7 +321,11 @@ def collect_status(mountpoint: Path | str) -> dict[str, Any]:
 
 # ---- running a mount ----------------------------------------------------------------------
 class MountFailed(RuntimeError):
-    """`mlfs mount` exited non-zero; the message holds its output."""
+    """`mlfs mount` exited non-zero; `output` is what it printed (stdout, then stderr)."""
+
+    def __init__(self, message: str, output: str = "") -> None:
+        super().__init__(message + output)
+        self.output = output
 
 
 def _proc_stat(pid: int) -> list[str] | None:
@@ -350,7 +358,7 @@ class MountProcess:
 
     def __init__(self, mountpoint: Path | str, state_dir: Path | str,
                  config_path: Path | str | None = None, *, cwd: Path | str | None = None,
-                 timeout: float = 180.0) -> None:
+                 timeout: float | None = 180.0) -> None:
         self.mountpoint = Path(mountpoint)
         self.state_dir = Path(state_dir)
         self.config_path = Path(config_path) if config_path is not None else None
@@ -375,8 +383,8 @@ class MountProcess:
                               timeout=self.timeout, cwd=self.cwd)
         if done.returncode != 0:
             self._adopt()  # a daemon that half-started is still ended by stop()
-            raise MountFailed(f"mlfs mount failed (exit {done.returncode}): "
-                              f"{done.stdout}{done.stderr}")
+            raise MountFailed(f"mlfs mount failed (exit {done.returncode}): ",
+                              done.stdout + done.stderr)
         self.start_seconds = time.monotonic() - began
         self._adopt()
         if self.pid is None:
@@ -433,7 +441,7 @@ class MountProcess:
             self.pid = None
         self.clear_mount()
 
-    def umount(self, timeout: float = 90.0) -> subprocess.CompletedProcess:
+    def umount(self, timeout: float | None = 90.0) -> subprocess.CompletedProcess:
         """`mlfs umount MOUNTPOINT` as a user runs it, then `stop()` whatever is left."""
         done = subprocess.run(self.command("umount", str(self.mountpoint)),
                               capture_output=True, text=True, timeout=timeout, cwd=self.cwd)
