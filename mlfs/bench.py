@@ -59,6 +59,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .client import EventStream, MountProcess, write_line
+
 MB = 1_000_000
 MiB = 1 << 20
 SUBSYSTEMS = ("sim.readahead", "sim.readahead-2", "sim.readahead-3")
@@ -183,11 +185,7 @@ def read_whole(path: Path, buf: bytearray) -> tuple[int, float]:
 
 def echo(path: str, data: bytes) -> None:
     """What `echo x > path` does: open(O_WRONLY|O_CREAT|O_TRUNC), one write, close."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, data)
-    finally:
-        os.close(fd)
+    write_line(path, data, create=True)
 
 
 def recommendation(rng: random.Random) -> bytes:
@@ -235,46 +233,23 @@ tick_seconds = 1.0
     return text
 
 
-class BenchMount:
-    """One daemon started with `mlfs mount` (as a user would) and ended by its pid."""
+class BenchMount(MountProcess):
+    """One daemon started with `mlfs mount` (as a user would) and ended by its pid;
+    its CPU and memory from /proc, and the mount's bdi read-ahead."""
 
     def __init__(self, root: Path, name: str, config: str, state_dir: Path) -> None:
-        self.mountpoint = root / name
-        self.mountpoint.mkdir(exist_ok=True)
-        self.state_dir = state_dir
-        self.config_path = root / f"{name}.toml"
-        self.config_path.write_text(config)
-        self.pid: int | None = None
-        self.start_seconds = math.nan
+        (root / name).mkdir(exist_ok=True)
+        (root / f"{name}.toml").write_text(config)
+        super().__init__(root / name, state_dir, root / f"{name}.toml")
         self.read_ahead_kb: int | None = None
 
     def start(self) -> BenchMount:
-        started = time.monotonic()
-        done = subprocess.run(
-            [sys.executable, "-m", "mlfs", "mount", str(self.mountpoint), "--config",
-             str(self.config_path), "--state-dir", str(self.state_dir)],
-            capture_output=True, text=True, timeout=180,
-        )
-        if done.returncode != 0:
-            with contextlib.suppress(OSError, ValueError):  # a daemon that half-started
-                self.pid = int((self.state_dir / "mlfs.pid").read_text())
-            raise RuntimeError(f"mlfs mount failed: {done.stdout}{done.stderr}")
-        self.start_seconds = time.monotonic() - started
-        self.pid = int((self.state_dir / "mlfs.pid").read_text())
+        super().start()
         dev = os.stat(self.mountpoint).st_dev
         with contextlib.suppress(OSError, ValueError):
             bdi = Path(f"/sys/class/bdi/{os.major(dev)}:{os.minor(dev)}/read_ahead_kb")
             self.read_ahead_kb = int(bdi.read_text())
         return self
-
-    def alive(self) -> bool:
-        if self.pid is None:
-            return False
-        try:
-            text = Path(f"/proc/{self.pid}/stat").read_text()
-        except OSError:
-            return False
-        return not text.rsplit(") ", 1)[1].startswith(("Z", "X"))
 
     def cpu_seconds(self) -> float:
         """utime + stime of the daemon, dead threads included (/proc/<pid>/stat)."""
@@ -288,35 +263,6 @@ class BenchMount:
             if key in ("VmRSS", "RssAnon", "RssFile", "RssShmem", "VmHWM"):
                 out[key] = int(value.split()[0])
         return out
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60.0) -> None:
-        """End the daemon by its pid (SIGTERM seals and unmounts), then make sure."""
-        if self.pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, sig)
-            deadline = time.monotonic() + timeout
-            while self.alive() and time.monotonic() < deadline:
-                time.sleep(0.02)
-            if self.alive():
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(self.pid, signal.SIGKILL)
-                while self.alive():
-                    time.sleep(0.02)
-            self.pid = None
-        for _ in range(100):
-            if not os.path.ismount(self.mountpoint) and _stat_ok(self.mountpoint):
-                return
-            subprocess.run(["fusermount3", "-u", "-z", str(self.mountpoint)],
-                           capture_output=True)
-            time.sleep(0.05)
-
-
-def _stat_ok(path: Path) -> bool:
-    try:
-        os.stat(path)
-        return True
-    except OSError:
-        return False
 
 
 class Session:
@@ -1010,27 +956,14 @@ def _event_reader(load: Load, index: int, path: str, use_poll: bool, global_stre
     accepted = overflow = 0
     done = False
     try:
-        fd = os.open(path, os.O_RDONLY | (os.O_NONBLOCK if use_poll else 0))
+        stream = EventStream(path, blocking=not use_poll)
         try:
-            poller = select.poll()
-            poller.register(fd, select.POLLIN)
             load.results.put(("ready", index, None))
-            rest = b""
-            while not done:
-                if use_poll:
-                    poller.poll(1000)
-                    try:
-                        data = os.read(fd, 1 << 16)
-                    except BlockingIOError:
-                        continue
-                else:
-                    data = os.read(fd, 1 << 16)
-                if not data:
-                    break
-                rest += data
-                *lines, rest = rest.split(b"\n")
-                for line in lines:
-                    event = json.loads(line)
+            while not done and not stream.ended:
+                events = stream.read(1.0)  # blocking: one read(2); else poll() up to 1 s
+                if stream.bad_lines:
+                    raise ValueError(f"{stream.bad_lines} lines that are not JSON events")
+                for event in events:
                     seqs.append(int(event["seq"]))
                     load.events_seen[index] += 1
                     kind = event.get("event")
@@ -1042,7 +975,7 @@ def _event_reader(load: Load, index: int, path: str, use_poll: bool, global_stre
                     elif kind == "state" and event.get("model") == SENTINEL_MODEL:
                         done = True
         finally:
-            os.close(fd)
+            stream.close()
     except (OSError, ValueError) as exc:
         load.errors.put(f"event reader {index}: {exc!r}")
     gaps = sum(1 for a, b in zip(seqs, seqs[1:], strict=False) if b != a + 1)

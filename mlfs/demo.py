@@ -14,8 +14,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -25,15 +23,14 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
+from .client import MountFailed, MountProcess, read_attr_or
+
 SUBSYSTEM = "sim.readahead"
 MODEL = "lgbm"
 
 
 def _read(path: Path) -> str:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return "?"
+    return read_attr_or(path, "?")
 
 
 def _tick(mountpoint: Path) -> str:
@@ -78,18 +75,19 @@ def run_demo(seconds: float = 120.0, seed: int = 0, settle: float = 30.0,
     state_dir = Path(keep).resolve() if keep is not None else workdir / "state"
     mountpoint.mkdir()
     config_text = _demo_config(seed)
-    command = [sys.executable, "-m", "mlfs", "mount", str(mountpoint),
-               "--state-dir", str(state_dir)]
+    config_path = None
     if config_text:
-        (workdir / "mlfs.toml").write_text(config_text)
-        command += ["--config", str(workdir / "mlfs.toml")]
+        config_path = workdir / "mlfs.toml"
+        config_path.write_text(config_text)
+    daemon = MountProcess(mountpoint, state_dir, config_path, timeout=None)
     print(f"mlfs demo: mounting {SUBSYSTEM} on {mountpoint}")
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode != 0:
-        print(done.stdout + done.stderr, file=sys.stderr)
+    try:
+        daemon.start()
+    except MountFailed as exc:
+        print(exc.output, file=sys.stderr)
+        daemon.stop()
         shutil.rmtree(workdir, ignore_errors=True)
         return 1
-    pid = int((state_dir / "mlfs.pid").read_text())
     stop = threading.Event()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     worker_stats: dict = {}
@@ -129,9 +127,7 @@ def run_demo(seconds: float = 120.0, seed: int = 0, settle: float = 30.0,
     finally:
         stop.set()
         thread.join(timeout=15)
-        subprocess.run([sys.executable, "-m", "mlfs", "umount", str(mountpoint)],
-                       capture_output=True)
-        _ensure_gone(pid, mountpoint)
+        daemon.umount(timeout=None)  # then stop(): by its pid, only if still ours
     try:
         if not interrupted:
             _summary(state_dir, seed, mode_changes, worker_stats)
@@ -141,16 +137,6 @@ def run_demo(seconds: float = 120.0, seed: int = 0, settle: float = 30.0,
         print(f"\nmlfs demo: the run is kept in {state_dir}; "
               f"mlfs report {state_dir} {SUBSYSTEM}")
     return 130 if interrupted else 0
-
-
-def _ensure_gone(pid: int, mountpoint: Path) -> None:
-    deadline = time.monotonic() + 10
-    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if Path(f"/proc/{pid}").exists():
-        os.kill(pid, signal.SIGKILL)
-    if os.path.ismount(mountpoint):
-        subprocess.run(["fusermount3", "-u", "-z", str(mountpoint)], capture_output=True)
 
 
 def _summary(state_dir: Path, seed: int, mode_changes: list, worker_stats: dict) -> None:

@@ -26,7 +26,9 @@ import sys
 import time
 from pathlib import Path
 
-from .cli import collect_status
+from .client import EventStream, NotMounted, collect_status, read_attr_or, read_portion, tail_rows
+
+__all__ = ["NotMounted", "collect", "main", "read_portion", "render", "tail_rows", "watch"]
 
 SPARK = "▁▂▃▄▅▆▇█"
 #: sparkline width in characters; each is the mean of up to TREND_BIN ML ticks
@@ -47,56 +49,7 @@ _MOUNT_METRIC = re.compile(r"^(mlfs_mount_emergency_pinned) (\S+)$")
 
 # ---- reading the mount -----------------------------------------------------------------------
 def _read(path: Path, default: str = "") -> str:
-    try:
-        return path.read_text()
-    except OSError:
-        return default
-
-
-def read_portion(path: Path, columns: list[str] | None = None):
-    """One portion as a pyarrow Table, read whole in one go.
-
-    On the mount, `pq.read_table(path)` of a small cold portion costs several
-    FUSE round trips (footer, then column chunks: ~80 ms for 8 KB measured);
-    reading the bytes sequentially and parsing them in memory costs ~1 ms.
-    """
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    # one thread: a short-lived client must not exit while arrow pool threads start
-    # (seen once under load: "terminate called without an active exception")
-    return pq.read_table(pa.BufferReader(path.read_bytes()), columns=columns,
-                         use_threads=False)
-
-
-def tail_rows(directory: Path, columns: list[str], rows: int,
-              max_portions: int = MAX_PORTIONS) -> tuple[list[dict], bool]:
-    """(the newest `rows` rows of a portion directory, oldest first; whether older exist).
-
-    Portions are read newest first until enough rows are in, at most
-    `max_portions` of them; one that vanishes meanwhile (retention,
-    `discard_dataset`) is skipped.
-    """
-    import pyarrow as pa
-
-    try:
-        names = sorted(n for n in os.listdir(directory) if n.endswith(".parquet"))
-    except OSError:
-        return [], False
-    chunks: list[list[dict]] = []
-    count = read = 0
-    for name in reversed(names[-max_portions:]):
-        read += 1
-        try:
-            table = read_portion(directory / name, columns)
-        except (OSError, pa.ArrowException):
-            continue
-        chunks.append(table.to_pylist())
-        count += table.num_rows
-        if count >= rows:
-            break
-    out = [row for chunk in reversed(chunks) for row in chunk]
-    return out[-rows:], count > rows or read < len(names)
+    return read_attr_or(path, default)
 
 
 def bin_means(values: list[float], bins: int) -> list[float]:
@@ -146,7 +99,7 @@ def efficiency_sparkline(values: list[float]) -> str:
 def efficiency_trend(model_dir: Path) -> tuple[list[float], int]:
     """(binned per-tick efficiency of the newest ML ticks, how many ticks that covers)."""
     rows, _ = tail_rows(model_dir / "feedback", ["tick", "efficiency"],
-                        TREND_WIDTH * TREND_BIN)
+                        TREND_WIDTH * TREND_BIN, MAX_PORTIONS)
     values = [r["efficiency"] for r in rows
               if r["efficiency"] is not None and math.isfinite(r["efficiency"])]
     return [round(v, 4) for v in bin_means(values, TREND_WIDTH)], len(values)
@@ -184,18 +137,12 @@ def _metrics(mountpoint: Path) -> dict[str, dict[str, float]]:
     return out
 
 
-class NotMounted(OSError):
-    def __init__(self, mountpoint: Path) -> None:
-        super().__init__(f"{mountpoint}: not an mlfs mount (no version file); "
-                         f"`mlfs mount {mountpoint}` mounts it")
-        self.strerror = "not an mlfs mount (no version file); is it mounted?"
-
-
 def collect(mountpoint: Path) -> dict:
-    """`collect_status` (same keys) plus what the view shows; reads only the mount."""
+    """`collect_status` (same keys) plus what the view shows; reads only the mount.
+
+    NotMounted when `mountpoint` is not an mlfs mount.
+    """
     status = collect_status(mountpoint)
-    if status["version"] == "?":  # collect_status's placeholder: no `version` file
-        raise NotMounted(mountpoint)
     status["time"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     gauges = _metrics(mountpoint)
     status["emergency_pinned"] = bool(gauges.get("", {}).get("mlfs_mount_emergency_pinned"))
@@ -411,41 +358,29 @@ class ModeTracker:
 
     def __init__(self, mountpoint: Path) -> None:
         self.mountpoint = mountpoint
-        self.fd = -1
-        self.buffer = b""
+        self.stream: EventStream | None = None
         self.events: dict[tuple[str, str], list[dict]] = {}
 
-    def _open(self) -> None:
-        if self.fd < 0:
-            with contextlib.suppress(OSError):
-                self.fd = os.open(self.mountpoint / "events", os.O_RDONLY | os.O_NONBLOCK)
-
     def close(self) -> None:
-        if self.fd >= 0:
-            with contextlib.suppress(OSError):
-                os.close(self.fd)
-            self.fd = -1
+        if self.stream is not None:
+            self.stream.close()
+            self.stream = None
 
     def drain(self) -> None:
-        self._open()
-        while self.fd >= 0:
-            try:
-                chunk = os.read(self.fd, 1 << 16)
-            except BlockingIOError:
-                break
-            except OSError:  # the mount went away: reopen on a later refresh
-                self.close()
-                break
-            if not chunk:
-                self.close()
-                break
-            self.buffer += chunk
-        *lines, self.buffer = self.buffer.split(b"\n")
-        for line in lines:
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
+        """Take in what the stream holds now, without waiting."""
+        if self.stream is None:
+            with contextlib.suppress(OSError):
+                self.stream = EventStream(self.mountpoint / "events")
+        if self.stream is None:
+            return
+        try:
+            events = self.stream.read()
+        except OSError:  # the mount went away: reopen on a later refresh
+            self.close()
+            return
+        if self.stream.ended:
+            self.close()
+        for event in events:
             if event.get("event") == "mode":
                 kept = self.events.setdefault((event.get("subsystem"), event.get("model")), [])
                 kept.append({"ts": event.get("ts", ""), "from": event.get("from"),

@@ -115,6 +115,14 @@ def test_train_on_an_existing_directory_not_yet_mounted_waits_for_the_mount(tmp_
     assert "waiting for" in done.stderr, done.stderr
 
 
+def test_train_seed_and_verbose_reach_the_worker(tmp_path):
+    """One parser: --seed and -v are accepted, and -v turns on the worker's DEBUG log."""
+    done = run("train", str(tmp_path), "sim.readahead", "--seed", "3", "-v",
+               "--max-seconds", "2.5", timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "mlfs.train DEBUG waiting for" in done.stderr, done.stderr
+
+
 def test_mount_helper_exit_status_is_mount8s(tmp_path):
     (tmp_path / "mnt").mkdir()
     mountpoint = str(tmp_path / "mnt")

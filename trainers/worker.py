@@ -19,15 +19,11 @@ back.  Only `stop`, `max_seconds` or a signal end it.
 
 from __future__ import annotations
 
-import argparse
 import errno
 import json
 import logging
 import math
 import os
-import select
-import signal
-import sys
 import threading
 import time
 from pathlib import Path
@@ -39,13 +35,10 @@ import pyarrow.parquet as pq
 from mlfs.trainers.learner import KnobLearner
 from mlfs.trainers.schedule import LEARNING_TTL, Steer, TrainerSchedule
 
+from mlfs import client
 from mlfs.abi import NAME
 
-__all__ = ["run_worker", "main"]
-
-#: errors that mean "the mount (or this path in it) is not there right now"
-GONE = {errno.ENOTCONN, errno.ENOENT, errno.ENODEV, errno.ESHUTDOWN, errno.ECONNABORTED,
-        errno.ENOTDIR}
+__all__ = ["run_worker"]
 
 FIT_MIN_ROWS = 200  # new rows before a (re)fit
 FIT_MIN_SECONDS = 2.0
@@ -62,8 +55,7 @@ class _MountGone(Exception):
     """The mount or the subsystem disappeared: reconnect from scratch."""
 
 
-def _gone(exc: OSError) -> bool:
-    return exc.errno in GONE
+_gone = client.gone
 
 
 class _Worker:
@@ -89,10 +81,7 @@ class _Worker:
         self.info_key = ""
         self.tick_seconds = 0.05
         self.connected = False
-        self.fd: int | None = None
-        self.poller: select.poll | None = None
-        self.buffer = b""
-        self.spurious = 0
+        self.events: client.EventStream | None = None
         self.seen: dict[str, set[str]] = {"dataset": set(), "feedback": set()}
         self.mode = "unknown"
         self.state = "unknown"
@@ -130,27 +119,15 @@ class _Worker:
         else:
             self.log.debug(msg, *args)
 
-    @staticmethod
-    def read_attr(path: Path) -> str:
-        with open(path, encoding="ascii", errors="replace") as f:
-            return f.read().strip()
+    read_attr = staticmethod(client.read_attr)
 
     def write_attr(self, path: Path, text: str) -> None:
         """One value, one write(2), as sysfs wants; errors raise OSError."""
-        data = text.encode("ascii")
-        fd = os.open(path, os.O_WRONLY)
-        try:
-            os.write(fd, data)
-        finally:
-            os.close(fd)
+        client.write_line(path, text)
 
     def last_error(self) -> str:
         """The proxy's reason for the last refusal (the last line of `errors`)."""
-        try:
-            lines = self.read_attr(self.mdir / "errors").splitlines()
-        except OSError:
-            return "?"
-        return lines[-1] if lines else "?"
+        return client.last_error(self.mdir)
 
     def check_gone(self, exc: OSError) -> None:
         """Turn 'the mount is gone' into _MountGone; 'only the proxy is gone' into a
@@ -253,65 +230,27 @@ class _Worker:
 
     def open_events(self) -> None:
         self.close_events()
-        self.fd = os.open(self.sub / "events", os.O_RDONLY | os.O_NONBLOCK)
-        self.poller = select.poll()
-        self.poller.register(self.fd, select.POLLIN | select.POLLERR | select.POLLHUP)
-        self.buffer = b""
+        self.events = client.EventStream(self.sub / "events")
 
     def close_events(self) -> None:
-        if self.fd is not None:
-            try:
-                os.close(self.fd)
-            except OSError:
-                pass
-        self.fd = None
-        self.poller = None
+        if self.events is not None:
+            self.events.close()
+        self.events = None
 
     # ---- events -----------------------------------------------------------
     def wait_events(self, timeout: float) -> list[dict]:
         """Block in poll() up to `timeout` s; return the whole lines that arrived."""
-        assert self.poller is not None and self.fd is not None
-        ready = self.poller.poll(max(0, int(timeout * 1000)))
-        if not ready:
-            return []
-        chunks = []
-        eof = False
-        while True:
-            try:
-                chunk = os.read(self.fd, 65536)
-            except BlockingIOError:
-                break
-            except InterruptedError:
-                continue
-            if not chunk:
-                eof = True
-                break
-            chunks.append(chunk)
-        if eof:
+        assert self.events is not None
+        bad = self.events.bad_lines
+        events = self.events.read(timeout)
+        if self.events.ended:
             raise _MountGone("end of file on events")
-        if not chunks:
+        if self.events.bad_lines > bad:
+            self.log.debug("%d unparsable event lines", self.events.bad_lines - bad)
+        if not events and self.events.spurious > 3:
             # readable by poll but nothing to read: a mount without poll support
             # would spin us; fall back to a short wait rather than burn a core
-            self.spurious += 1
-            if self.spurious > 3:
-                self.stop.wait(min(timeout, 0.2))
-            return []
-        self.spurious = 0
-        self.buffer += b"".join(chunks)
-        *lines, self.buffer = self.buffer.split(b"\n")
-        if len(self.buffer) > 1 << 20:
-            self.buffer = b""
-        events = []
-        for line in lines:
-            if not line.strip():
-                continue
-            try:
-                event = json.loads(line)
-            except ValueError:
-                self.log.debug("unparsable event line %r", line[:200])
-                continue
-            if isinstance(event, dict):
-                events.append(event)
+            self.stop.wait(min(timeout, 0.2))
         return events
 
     def handle(self, events: list[dict]) -> None:
@@ -352,17 +291,16 @@ class _Worker:
             self.scan_feedback()
 
     # ---- portions ---------------------------------------------------------
-    def list_portions(self, directory: Path) -> list[str]:
-        try:
-            names = os.listdir(directory)
-        except OSError as exc:
-            if exc.errno == errno.ENOENT and directory.parent.is_dir():
-                return []  # no portion sealed yet
-            raise
-        return sorted(n for n in names if n.endswith(".parquet") and not n.startswith("."))
+    list_portions = staticmethod(client.list_portions)
 
     def read_portion(self, path: Path) -> pa.Table | None:
-        """A sealed portion, or None when it vanished or is malformed (logged)."""
+        """A sealed portion, or None when it vanished or is malformed (logged).
+
+        Read by pyarrow from the path, as before `mlfs.client` existed: with
+        `client.read_portion` (one thread, the whole file in memory) pyarrow
+        aborted tests/core/test_trainer_worker.py twice in three runs on a loaded
+        machine, while LightGBM parsed a model in another thread (not pinned down).
+        """
         try:
             return pq.read_table(path)
         except FileNotFoundError:
@@ -698,89 +636,3 @@ def run_worker(
              "efficiency %.3f, mode %s", stats["fits"], stats["corrections"],
              stats["policies"], stats["recommendations"], stats["efficiency"], stats["mode"])
     return stats
-
-
-def _missing_mountpoint(path: str) -> str | None:
-    """Why `path` can never become a mount (None: it is one, or may become one).
-
-    An existing directory not yet mounted is waited for (a trainer started
-    before its mount, as systemd may order them); a stale mount (ENOTCONN)
-    too, since a restarted daemon clears it.  Only a path that does not exist
-    or is not a directory is an error.
-    """
-    try:
-        if not os.path.isdir(path) and os.path.exists(path):
-            return "not a directory"
-        os.stat(path)
-    except OSError as exc:
-        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
-            return "no such directory (mount it first: mlfs mount DIR)"
-    return None
-
-
-def main(argv: list[str] | None = None) -> int:
-    """The `mlfs train` command line; SIGINT/SIGTERM end it cleanly (exit 0)."""
-    parser = argparse.ArgumentParser(
-        prog="mlfs train",
-        description="LightGBM trainer worker: creates and starts MOUNT/SUBSYSTEM/models/MODEL, "
-                    "trains on the dataset, uploads a policy, corrects it from feedback.")
-    parser.add_argument("mountpoint")
-    parser.add_argument("subsystem")
-    parser.add_argument("--model", default="lgbm")
-    parser.add_argument("--max-seconds", type=float, default=0.0,
-                        help="stop after this many seconds (0: run until interrupted)")
-    parser.add_argument("--prepare-seconds", type=float, default=3.0,
-                        help=argparse.SUPPRESS)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--explore-ticks", type=int, default=LEARNING_TTL,
-                        help=f"ticks each exploration lasts (default {LEARNING_TTL})")
-    parser.add_argument("--relative", action="store_true",
-                        help="fit relative error: for objectives spanning orders of magnitude "
-                             "(a real device's MiB/s across workload phases)")
-    parser.add_argument("--fleet", metavar="URL",
-                        help="start from the newest fleet policy in this store (docs/fleet.md)")
-    parser.add_argument("--fleet-version", type=int, metavar="N",
-                        help="start from fleet policy N instead of the newest")
-    parser.add_argument("-v", "--verbose", action="store_true")
-    args = parser.parse_args(argv)
-    if not NAME.fullmatch(args.model):
-        parser.error(f"--model {args.model!r}: use [a-z0-9][a-z0-9._-]{{0,63}}")
-    missing = _missing_mountpoint(args.mountpoint)
-    if missing:
-        # a typo, not a mount still coming up: waiting would look like success (exit 0)
-        print(f"mlfs train: {args.mountpoint}: {missing}", file=sys.stderr)
-        return 2
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                            format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    initial = None
-    if args.fleet:
-        from mlfs.fleet.pull import PullError, fetch
-
-        try:
-            fleet = fetch(args.fleet, args.subsystem, args.fleet_version)
-        except PullError as exc:  # never train from an unchecked policy
-            print(f"mlfs train: {exc}", file=sys.stderr)
-            return 1
-        initial = fleet.text
-        logging.getLogger("mlfs.train").info(
-            "starting from fleet policy %d (sha256 %s, %d rows from %d hosts)", fleet.version,
-            fleet.card["sha256"], fleet.card.get("rows", 0), len(fleet.card.get("hosts", {})))
-    stop = threading.Event()
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.signal(sig, lambda *_: stop.set())
-    try:
-        run_worker(args.mountpoint, args.subsystem, args.model, stop=stop,
-                   max_seconds=args.max_seconds or None, prepare_seconds=args.prepare_seconds,
-                   seed=args.seed, learning_ttl=args.explore_ticks, relative=args.relative,
-                   initial_policy=initial)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

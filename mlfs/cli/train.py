@@ -1,0 +1,110 @@
+"""`mlfs train`: the one parser of the trainer worker's options, and its process
+(signals, logging, the fleet policy to start from) around
+`mlfs.trainers.worker.run_worker`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import os
+import signal
+import sys
+
+from .common import command
+
+EXAMPLES = """examples:
+  mlfs train /mnt/mlfs sim.readahead
+  mlfs train /mnt/mlfs sda.readahead --model lgbm --relative --max-seconds 600"""
+
+
+def _missing_mountpoint(path: str) -> str | None:
+    """Why `path` can never become a mount (None: it is one, or may become one).
+
+    An existing directory not yet mounted is waited for (a trainer started
+    before its mount, as systemd may order them); a stale mount (ENOTCONN)
+    too, since a restarted daemon clears it.  Only a path that does not exist
+    or is not a directory is an error.
+    """
+    try:
+        if not os.path.isdir(path) and os.path.exists(path):
+            return "not a directory"
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            return "no such directory (mount it first: mlfs mount DIR)"
+    return None
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """Run the trainer worker until SIGINT/SIGTERM (exit 0) or --max-seconds."""
+    import logging
+    import threading
+
+    from ..abi import NAME
+
+    if not NAME.fullmatch(args.model):
+        print(f"mlfs train: --model {args.model!r}: use [a-z0-9][a-z0-9._-]{{0,63}}",
+              file=sys.stderr)
+        return 2
+    missing = _missing_mountpoint(args.mountpoint)
+    if missing:
+        # a typo, not a mount still coming up: waiting would look like success (exit 0)
+        print(f"mlfs train: {args.mountpoint}: {missing}", file=sys.stderr)
+        return 2
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                            format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    from mlfs.trainers.schedule import LEARNING_TTL
+    from mlfs.trainers.worker import run_worker
+
+    initial = None
+    if args.fleet:
+        from ..fleet.pull import PullError, fetch
+
+        try:
+            fleet = fetch(args.fleet, args.subsystem, args.fleet_version)
+        except PullError as exc:  # never train from an unchecked policy
+            print(f"mlfs train: {exc}", file=sys.stderr)
+            return 1
+        initial = fleet.text
+        logging.getLogger("mlfs.train").info(
+            "starting from fleet policy %d (sha256 %s, %d rows from %d hosts)", fleet.version,
+            fleet.card["sha256"], fleet.card.get("rows", 0), len(fleet.card.get("hosts", {})))
+    stop = threading.Event()
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, lambda *_: stop.set())
+    try:
+        run_worker(args.mountpoint, args.subsystem, args.model, stop=stop,
+                   max_seconds=args.max_seconds or None, seed=args.seed,
+                   learning_ttl=args.explore_ticks or LEARNING_TTL, relative=args.relative,
+                   initial_policy=initial)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0
+
+
+def add_parser(sub) -> None:
+    p = command(sub, "train", "run a LightGBM trainer worker against a subsystem", EXAMPLES)
+    p.add_argument("mountpoint", help="the mountpoint (waited for while not yet mounted)")
+    p.add_argument("subsystem", help="the subsystem to train for")
+    p.add_argument("--model", default="lgbm",
+                   help="the model directory to create and start (default lgbm)")
+    p.add_argument("--max-seconds", type=float, default=0.0, metavar="SECONDS",
+                   help="stop after this many seconds (default 0: until interrupted)")
+    p.add_argument("--explore-ticks", type=int, default=0, metavar="TICKS",
+                   help="ticks each exploration lasts (default 10)")
+    p.add_argument("--relative", action="store_true",
+                   help="fit relative error (objectives spanning orders of magnitude)")
+    p.add_argument("--fleet", metavar="URL",
+                   help="start from the newest fleet policy for the subsystem in this store "
+                   "whose sha256 matches its card (docs/fleet.md)")
+    p.add_argument("--fleet-version", type=int, metavar="N",
+                   help="with --fleet: start from policy N instead of the newest")
+    p.add_argument("--seed", type=int, default=0,
+                   help="the learner's random seed (default 0)")
+    p.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
+    p.set_defaults(func=cmd_train)
