@@ -19,12 +19,17 @@ method, positive when ML is better whatever the goal).
 An ML tick is resolved when the next default tick arrives, so its feedback row
 is written then (at most a few ticks later; `flush` resolves the rest with the
 earlier default alone when a model stops).
+
+This module is the one definition of efficiency: the model's `efficiency`
+file, `mlfs_model_efficiency{,_confidence}` in `metrics`, the mode switching
+and `mlfs report` (through `replay`, from the dataset's rows) all use it.
 """
 
 from __future__ import annotations
 
 import collections
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -134,3 +139,32 @@ class EfficiencyWindow:
             ratio = 1.0 / ratio
             confidence = -confidence
         return EfficiencyStats(ratio, confidence, n, len(self._defaults), self.baseline)
+
+
+def replay(rows: Iterable[dict], model: str, goal: str, size: int,
+           unstable_ratio: float = 2.0) -> list[tuple[int, EfficiencyStats]]:
+    """The window's statistics after each default tick of `model`, from dataset rows.
+
+    A dataset row with `model` == `model` is a tick the model recorded: an ML
+    tick when its `controller` is `ml`, else a default tick.  Fed to an
+    `EfficiencyWindow` in tick order they give what the model's `efficiency`
+    file showed at each default tick (only default ticks change the window,
+    so the value holds until the next one).  Two things the dataset does not
+    show make the daemon's window differ for up to `size` ticks: a daemon
+    restart (its window starts empty) and the cool-down after an efficiency
+    collapse (it clears the window); and a default tick on which another
+    started model is named in the row is not seen here.
+    """
+    window = EfficiencyWindow(size, goal, unstable_ratio)
+    out: list[tuple[int, EfficiencyStats]] = []
+    for row in rows:
+        if row.get("model") != model:
+            continue
+        value = row.get("objective")
+        value = math.nan if value is None else float(value)
+        if row.get("controller") == "ml":
+            window.add_ml(row["tick"], value)
+        else:
+            window.add_default(row["tick"], value)
+            out.append((row["tick"], window.stats()))
+    return out
