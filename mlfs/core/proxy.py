@@ -127,7 +127,10 @@ class ModelProxy:
         self.current: Recommendation | None = None
         self.policy: Policy | None = None
         self.policy_loaded_ns = 0
-        self.last_trainer_input = time.monotonic()
+        #: seconds for trainer silence (the only wall-time rule of the modes: ModeConfig);
+        #: the exchange's, time.monotonic unless a test drives it in virtual time
+        self.clock = runtime.exchange.clock
+        self.last_trainer_input = self.clock()
         self._ml_credit = 0.0
         self._last_transition_tick = runtime.next_tick
         self._ml_since_transition = 0
@@ -304,7 +307,7 @@ class ModelProxy:
         if owner:
             raise busy(f"knob {owner[0]!r} is controlled by started model {owner[1]!r}")
         self._set_state("started")
-        self.last_trainer_input = time.monotonic()
+        self.last_trainer_input = self.clock()
         self._last_transition_tick = self.runtime.next_tick
 
     def stop(self) -> None:
@@ -476,7 +479,7 @@ class ModelProxy:
             self.current = None
 
     def _heard_from_trainer(self, what: str) -> None:
-        self.last_trainer_input = time.monotonic()
+        self.last_trainer_input = self.clock()
         if self.mode == "emergency" and self.emergency_cause == "silent":
             self._switch(self.pinned or "learning", f"trainer is back ({what})")
 
@@ -635,7 +638,7 @@ class ModelProxy:
                     self.window.clear()
                     self._switch("learning", "cool-down after efficiency collapse")
             return
-        if time.monotonic() - self.last_trainer_input > config.silence_seconds:
+        if self.clock() - self.last_trainer_input > config.silence_seconds:
             self._switch("emergency", f"trainer silent for over {config.silence_seconds:g} s",
                          cause="silent")
             return
