@@ -218,7 +218,8 @@ class KnobSpec:
     `alt_path` is a kernel-coupled twin (dirty_bytes for dirty_ratio) whose
     original is recorded too.  `priority` orders restores (lower first).
     `coupled` names knobs of the same subsystem whose value a write of this
-    one changes (the scheduler resets nr_requests).
+    one changes (the scheduler resets nr_requests).  `settle_ticks`: for how
+    many ticks a change still shows in the objective (mlfs/core/efficiency.py).
     """
 
     name: str
@@ -230,6 +231,8 @@ class KnobSpec:
     alt_path: Path | None = None
     priority: int = 1
     coupled: tuple[str, ...] = ()
+    #: the knob's carry-over in ticks (`mlfs.abi.Knob.settle_ticks`)
+    settle_ticks: int = 0
 
     @property
     def format(self) -> str:
@@ -640,11 +643,14 @@ class KnobController:
                 shown = tuple(c for c in choices if c in rule) or tuple(sorted(rule))
             else:
                 shown = (str(default),)
-            return Knob(name, "choice", default=default, choices=shown, unit=spec.unit)
+            return Knob(name, "choice", default=default, choices=shown, unit=spec.unit,
+                        settle_ticks=spec.settle_ticks)
         if isinstance(rule, tuple):
-            return Knob(name, "int", default=default, min=rule[0], max=rule[1], unit=spec.unit)
+            return Knob(name, "int", default=default, min=rule[0], max=rule[1], unit=spec.unit,
+                        settle_ticks=spec.settle_ticks)
         fixed = default if isinstance(default, int) else None
-        return Knob(name, "int", default=default, min=fixed, max=fixed, unit=spec.unit)
+        return Knob(name, "int", default=default, min=fixed, max=fixed, unit=spec.unit,
+                    settle_ticks=spec.settle_ticks)
 
     def _typed(self, name: str, text: str) -> KnobValue:
         if self.specs[name].type == "choice":

@@ -115,19 +115,22 @@ def mode_bands(rows: list[dict], model: str | None) -> list[tuple[int, int, str]
 
 
 def window_efficiency(rows: list[dict], model: str | None, goal: str,
-                      window: int = WINDOW_TICKS,
-                      unstable_ratio: float = UNSTABLE_RATIO) -> list[tuple[int, float]]:
+                      window: int = WINDOW_TICKS, unstable_ratio: float = UNSTABLE_RATIO,
+                      knobs: dict | None = None) -> list[tuple[int, float]]:
     """(tick, efficiency) at each of `model`'s default rows: the `efficiency` file's value.
 
     The rows are replayed through `mlfs.core.efficiency`, the one definition
     the daemon uses, so the line ends where the model's `efficiency` file
     reads (see `replay` for what a dataset cannot show: a daemon restart, a
-    collapse cool-down).
+    collapse cool-down).  `knobs` is `info`'s: their `settle_ticks` leave
+    the same settling ticks out as the daemon.
     """
     if model is None:
         return []
+    settle = {knob_column(name): int(spec.get("settle_ticks", 0))
+              for name, spec in (knobs or {}).items()}
     return [(tick, stats.efficiency) for tick, stats in
-            replay(rows, model, goal, window, unstable_ratio)
+            replay(rows, model, goal, window, unstable_ratio, settle)
             if math.isfinite(stats.efficiency)]
 
 
@@ -409,7 +412,7 @@ def build(mountpoint: Path, subsystem: str, model: str | None = None, last: int 
                           f"{sub}/control` seals the pending ones")
     model = model or pick_model(rows, sub)
     # replayed over every row, then clipped: a shown slice still ends on the file's value
-    window = window_efficiency(rows, model, goal)
+    window = window_efficiency(rows, model, goal, knobs=info.get("knobs"))
     scope = "every row of the dataset"
     if model and not whole:
         first = next((i for i, r in enumerate(rows) if r.get("model") == model), None)
