@@ -144,8 +144,9 @@ _DEVICES = list_of(text(64), 1, 4096, unique=True)
 def specs_for(device: str) -> dict[str, KnobSpec]:
     queue = SYS_BLOCK / device / "queue"
     return {
+        # settle_ticks: a file keeps the value it was opened with (carry-over until reopened)
         "read_ahead_kb": KnobSpec("read_ahead_kb", queue / "read_ahead_kb", lo=0, hi=65536,
-                                  unit="KiB"),
+                                  unit="KiB", settle_ticks=1),
         "nr_requests": KnobSpec("nr_requests", queue / "nr_requests", lo=4, hi=2048),
         "scheduler": KnobSpec("scheduler", queue / "scheduler", type="choice", priority=0,
                               coupled=("nr_requests",)),

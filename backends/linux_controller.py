@@ -105,11 +105,14 @@ class KnobController:
                 shown = tuple(c for c in choices if c in rule) or tuple(sorted(rule))
             else:
                 shown = (str(default),)
-            return Knob(name, "choice", default=default, choices=shown, unit=spec.unit)
+            return Knob(name, "choice", default=default, choices=shown, unit=spec.unit,
+                        settle_ticks=spec.settle_ticks)
         if isinstance(rule, tuple):
-            return Knob(name, "int", default=default, min=rule[0], max=rule[1], unit=spec.unit)
+            return Knob(name, "int", default=default, min=rule[0], max=rule[1], unit=spec.unit,
+                        settle_ticks=spec.settle_ticks)
         fixed = default if isinstance(default, int) else None
-        return Knob(name, "int", default=default, min=fixed, max=fixed, unit=spec.unit)
+        return Knob(name, "int", default=default, min=fixed, max=fixed, unit=spec.unit,
+                    settle_ticks=spec.settle_ticks)
 
     def _typed(self, name: str, text: str) -> KnobValue:
         if self.specs[name].type == "choice":

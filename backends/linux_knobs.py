@@ -27,7 +27,8 @@ class KnobSpec:
     `alt_path` is a kernel-coupled twin (dirty_bytes for dirty_ratio) whose
     original is recorded too.  `priority` orders restores (lower first).
     `coupled` names knobs of the same subsystem whose value a write of this
-    one changes (the scheduler resets nr_requests).
+    one changes (the scheduler resets nr_requests).  `settle_ticks`: for how
+    many ticks a change still shows in the objective (mlfs/core/efficiency.py).
     """
 
     name: str
@@ -39,6 +40,8 @@ class KnobSpec:
     alt_path: Path | None = None
     priority: int = 1
     coupled: tuple[str, ...] = ()
+    #: the knob's carry-over in ticks (`mlfs.abi.Knob.settle_ticks`)
+    settle_ticks: int = 0
 
     @property
     def format(self) -> str:

@@ -56,6 +56,7 @@ from pathlib import Path
 
 from mlfs.abi import (
     CORE_COLUMNS,
+    MAX_SETTLE,
     NAME,
     NAME_RULE,
     Knob,
@@ -99,7 +100,8 @@ FEATURE_ROOTS = (Path("/proc"), Path("/sys"))
 APPLICATION = "application"
 MAX_KNOBS = 64
 MAX_FEATURES = 512
-_KNOB_KEYS = {"path", "range", "choices", "apply", "default", "unit", "alt_path", "priority"}
+_KNOB_KEYS = {"path", "range", "choices", "apply", "default", "unit", "alt_path", "priority",
+              "settle_ticks"}
 _FEATURE_KEYS = {"path", "field", "key", "divide_by", "psi", "kind", "scale"}
 _PSI_FIELDS = {f"{k} {f}" for k in ("some", "full") for f in ("avg10", "avg60", "avg300",
                                                                "total")}
@@ -208,6 +210,10 @@ def _knob_spec(name: str, spec: Mapping, where: str) -> tuple[KnobSpec, object, 
     priority = spec.get("priority", 1)
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise SettingError(f"{where}.priority", f"{priority!r} is not a whole number")
+    settle = spec.get("settle_ticks", 0)
+    if isinstance(settle, bool) or not isinstance(settle, int) or not 0 <= settle <= MAX_SETTLE:
+        raise SettingError(f"{where}.settle_ticks", f"{settle!r} is not a whole number in "
+                           f"0..{MAX_SETTLE}")
     if ("range" in spec) == ("choices" in spec):
         raise SettingError(where, "takes range = [lo, hi] or choices = [...], one of them")
     if "range" in spec:
@@ -217,7 +223,7 @@ def _knob_spec(name: str, spec: Mapping, where: str) -> tuple[KnobSpec, object, 
                 or bounds[0] > bounds[1]):
             raise SettingError(f"{where}.range", f"{bounds!r} is not [lo, hi] with lo <= hi")
         knob = KnobSpec(name, path, lo=bounds[0], hi=bounds[1], unit=unit, alt_path=alt_path,
-                        priority=priority)
+                        priority=priority, settle_ticks=settle)
     else:
         choices = spec["choices"]
         if (not isinstance(choices, list) or not choices
@@ -225,7 +231,7 @@ def _knob_spec(name: str, spec: Mapping, where: str) -> tuple[KnobSpec, object, 
                            for c in choices)):
             raise SettingError(f"{where}.choices", f"{choices!r} is not a list of words")
         knob = KnobSpec(name, path, type="choice", unit=unit, alt_path=alt_path,
-                        priority=priority)
+                        priority=priority, settle_ticks=settle)
     default = spec.get("default", "original")
     if default != "original":
         kind_ok = (isinstance(default, str) if knob.type == "choice"

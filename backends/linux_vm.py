@@ -92,11 +92,14 @@ PSI_RESOURCES = ("cpu", "memory", "io")
 
 SPECS: dict[str, KnobSpec] = {
     "swappiness": KnobSpec("swappiness", SYSCTL / "swappiness", lo=0, hi=200),
+    # settle_ticks: dirty pages let in under one value are written back over the next
+    # flusher periods (dirty_writeback_centisecs 5 s): 5 ticks at the default 1 s tick
     "dirty_ratio": KnobSpec("dirty_ratio", SYSCTL / "dirty_ratio", lo=1, hi=100, unit="%",
-                            alt_path=SYSCTL / "dirty_bytes"),
+                            alt_path=SYSCTL / "dirty_bytes", settle_ticks=5),
     "dirty_background_ratio": KnobSpec("dirty_background_ratio",
                                        SYSCTL / "dirty_background_ratio", lo=1, hi=100,
-                                       unit="%", alt_path=SYSCTL / "dirty_background_bytes"),
+                                       unit="%", alt_path=SYSCTL / "dirty_background_bytes",
+                                       settle_ticks=5),
     "vfs_cache_pressure": KnobSpec("vfs_cache_pressure", SYSCTL / "vfs_cache_pressure",
                                    lo=1, hi=1000),
 }

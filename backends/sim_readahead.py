@@ -24,6 +24,12 @@ chosen.  Measurement noise (objective and features) comes from a second stream
 that is consumed in fixed-size blocks, so the noise of tick *t* is the same
 whatever the knob (common random numbers: counterfactual comparisons are fair).
 
+`carry_over_ticks` (default 0) makes the workload feel read_ahead_kb that
+many ticks late, as a reader keeps the value its files were opened with:
+the knob declares it as `settle_ticks`, so benchmarks can check that the
+proxy's efficiency stays honest for a knob with carry-over
+(docs/bench/efficiency-carryover.md).  `expected_objective` ignores it.
+
 Phases (`PHASES`):
 
 - ``sequential`` - 4 KiB buffered reads streaming through large files.
@@ -96,6 +102,7 @@ and the best single static value (1024 KiB) by 13-26% (mean 19%).
 
 from __future__ import annotations
 
+import collections
 import math
 from collections.abc import Mapping
 
@@ -299,6 +306,7 @@ class SimReadahead(Subsystem):
         phase_ticks: tuple[int, int] = (150, 400),
         noise: float = 0.08,
         critical_pressure: float | None = None,
+        carry_over_ticks: int = 0,
     ) -> None:
         phases = tuple(phases)
         if not phases:
@@ -321,9 +329,15 @@ class SimReadahead(Subsystem):
             "simulated block device + page cache (loop-device calibrated) under a workload "
             f"changing phase ({', '.join(phases)}); each tick is one virtual second"
         )
+        # carry_over_ticks: the workload feels read_ahead_kb that many ticks late (files
+        # opened before a change keep the old value); declared, so the proxy can settle
+        self.carry_over_ticks = int(carry_over_ticks)
+        self._applied: collections.deque[int] = collections.deque(
+            [128] * self.carry_over_ticks, maxlen=self.carry_over_ticks + 1)
         self.knobs = {
             "read_ahead_kb": Knob("read_ahead_kb", "int", default=128, min=0,
-                                  max=MAX_RA_KB, unit="KiB"),
+                                  max=MAX_RA_KB, unit="KiB",
+                                  settle_ticks=self.carry_over_ticks),
         }
         self.features = dict(FEATURES)
         self.ticks = 0
@@ -408,6 +422,8 @@ class SimReadahead(Subsystem):
         """Run one virtual second of the current phase with `knobs` and sample it."""
         ra, refused = self._knob(knobs)
         self._ra = ra
+        self._applied.append(ra)
+        applied, ra = ra, self._applied[0]  # what the workload feels (carry_over_ticks)
         phase = self._phase
         prof = _PROFILE[phase]
         z = self._noise()
@@ -438,7 +454,7 @@ class SimReadahead(Subsystem):
             "major_faults": int(major_faults),
             "cache_hit_ratio": hit,
             "mem_pressure": pressure,
-            "current_ra_kb": ra,
+            "current_ra_kb": applied,
         }
         critical = None
         if self.critical_pressure is not None and pressure > self.critical_pressure:
@@ -467,6 +483,7 @@ SETTINGS: Schema = {
     # mem_pressure is a share in [0, 1]
     "critical_pressure": number(0.0, 1.0),
     "phases": list_of(word(*PHASES), 1, 64),
+    "carry_over_ticks": number(0, 1000, integer=True),
 }
 
 

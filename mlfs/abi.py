@@ -64,6 +64,8 @@ EXTRA_FOREIGN = "foreign"
 
 #: at most this many candidate values per int knob
 MAX_VALUES_PER_KNOB = 64
+#: the longest carry-over a knob may declare (`Knob.settle_ticks`), in ticks
+MAX_SETTLE = 1000
 #: an int knob without a maximum is searched up to this value
 _UNBOUNDED_MAX = 1 << 20
 
@@ -74,7 +76,15 @@ class KnobValueError(ValueError):
 
 @dataclass(frozen=True)
 class Knob:
-    """One tunable setting: an integer range or a choice among words."""
+    """One tunable setting: an integer range or a choice among words.
+
+    `settle_ticks` declares the knob's carry-over: for how many ticks after a
+    change the objective still shows the previous value (dirty pages written
+    back during the next ticks, a readahead size that reaches only files
+    opened afterwards).  0, the default, means a change acts within its tick.
+    The proxy then interleaves ML and the default in episodes and leaves the
+    settling ticks out of its efficiency (mlfs/core/efficiency.py).
+    """
 
     name: str
     type: Literal["int", "choice"]
@@ -83,6 +93,7 @@ class Knob:
     max: int | None = None
     choices: tuple[str, ...] = ()
     unit: str = ""
+    settle_ticks: int = 0
 
     def parse(self, text: str) -> KnobValue:
         """Turn the text of `knob=value` into a value, or raise KnobValueError."""
@@ -111,6 +122,8 @@ class Knob:
             out["max"] = self.max
         if self.unit:
             out["unit"] = self.unit
+        if self.settle_ticks:
+            out["settle_ticks"] = self.settle_ticks
         return out
 
     @classmethod
@@ -121,15 +134,17 @@ class Knob:
         same grid and tie-break as the proxy.  A missing default is the
         minimum (int) or the first choice.
         """
+        settle = int(spec.get("settle_ticks", 0))
         if spec["type"] == "choice":
             choices = tuple(str(c) for c in spec["choices"])
             return cls(name, "choice", str(spec.get("default", choices[0] if choices else "")),
-                       choices=choices, unit=str(spec.get("unit", "")))
+                       choices=choices, unit=str(spec.get("unit", "")), settle_ticks=settle)
         lo = spec.get("min")
         hi = spec.get("max")
         default = spec.get("default", lo or 0)
         return cls(name, "int", int(default), None if lo is None else int(lo),
-                   None if hi is None else int(hi), unit=str(spec.get("unit", "")))
+                   None if hi is None else int(hi), unit=str(spec.get("unit", "")),
+                   settle_ticks=settle)
 
 
 @dataclass(frozen=True)
@@ -253,6 +268,9 @@ def subsystem_problems(subsystem: Subsystem) -> list[str]:
     for knob_name, knob in subsystem.knobs.items():
         if not isinstance(knob, Knob) or knob.name != knob_name:
             problems.append(f"knob {knob_name!r} is not a Knob named {knob_name!r}")
+        elif not (isinstance(knob.settle_ticks, int) and 0 <= knob.settle_ticks <= MAX_SETTLE):
+            problems.append(f"knob {knob_name!r}: settle_ticks {knob.settle_ticks!r} is not "
+                            f"an integer in 0..{MAX_SETTLE}")
         column = knob_column(knob_name)
         if column in columns:
             problems.append(f"knob {knob_name!r}: column {column} is taken by {columns[column]}")
@@ -318,7 +336,8 @@ def distance_from_default(knob: Knob | Mapping[str, Any], value: KnobValue) -> f
 
 __all__ = [
     "ABI_VERSION", "ENTRY_POINT_GROUP", "EXTRA_APPLIED", "EXTRA_FOREIGN", "EXTRA_REFUSED",
-    "Knob", "KnobValue", "KnobValueError", "MAX_VALUES_PER_KNOB", "NAME", "NAME_RULE",
+    "Knob", "KnobValue", "KnobValueError", "MAX_SETTLE", "MAX_VALUES_PER_KNOB", "NAME",
+    "NAME_RULE",
     "Objective", "Sample", "Subsystem", "candidate_values", "column_name",
     "distance_from_default", "knob_column", "subsystem_problems", "CORE_COLUMNS",
     "FEATURE_TYPES",

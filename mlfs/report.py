@@ -8,10 +8,11 @@ external files), so it can be mailed, attached to a ticket or opened offline:
 - the objective of every dataset row, per tick, coloured by who controlled
   the tick (`ml` or `default`), with the model's mode changes as vertical
   markers and its modes as background bands;
-- efficiency over time: the rolling window efficiency recomputed from the
-  dataset (ML mean over default mean of the model's last WINDOW_TICKS rows,
-  what the model's `efficiency` file reports, with the default window) and
-  the per-tick `efficiency` of the feedback rows as dots, on a log scale;
+- efficiency over time: the window efficiency replayed from the dataset
+  through `mlfs.core.efficiency` (each ML tick against the default ticks
+  around it, over the last WINDOW_TICKS ticks of the default configuration:
+  the rule and the number of the model's `efficiency` file) and the per-tick
+  `efficiency` of the feedback rows as dots, on a log scale;
 - each numeric knob's value in effect per tick.
 
 Rows: by default the model's run, from CONTEXT_ROWS (500) dataset rows
@@ -34,13 +35,15 @@ import json
 import math
 import os
 import sys
-from collections import deque
 from pathlib import Path
 
 from .abi import knob_column
+from .config import ModeConfig
+from .core.efficiency import replay
 from .status_view import read_portion
 
-WINDOW_TICKS = 400  # [modes] window_ticks of the default configuration
+WINDOW_TICKS = ModeConfig.window_ticks  # [modes] of the default configuration
+UNSTABLE_RATIO = ModeConfig.unstable_baseline_ratio
 CONTEXT_ROWS = 500  # rows shown before the model's first row
 WIDTH, HEIGHT = 960, 280
 MARGIN_LEFT, MARGIN_RIGHT, MARGIN_TOP, MARGIN_BOTTOM = 70, 20, 24, 40
@@ -112,31 +115,23 @@ def mode_bands(rows: list[dict], model: str | None) -> list[tuple[int, int, str]
 
 
 def window_efficiency(rows: list[dict], model: str | None, goal: str,
-                      window: int = WINDOW_TICKS) -> list[tuple[int, float]]:
-    """(tick, efficiency) after each of `model`'s rows: ML mean / default mean of its window."""
+                      window: int = WINDOW_TICKS, unstable_ratio: float = UNSTABLE_RATIO,
+                      knobs: dict | None = None) -> list[tuple[int, float]]:
+    """(tick, efficiency) at each of `model`'s default rows: the `efficiency` file's value.
+
+    The rows are replayed through `mlfs.core.efficiency`, the one definition
+    the daemon uses, so the line ends where the model's `efficiency` file
+    reads (see `replay` for what a dataset cannot show: a daemon restart, a
+    collapse cool-down).  `knobs` is `info`'s: their `settle_ticks` leave
+    the same settling ticks out as the daemon.
+    """
     if model is None:
         return []
-    ticks: deque[tuple[bool, float]] = deque()
-    sums = {True: 0.0, False: 0.0}
-    counts = {True: 0, False: 0}
-    out = []
-    for row in rows:
-        value = row.get("objective")
-        if row.get("model") != model or value is None or not math.isfinite(value):
-            continue
-        is_ml = row.get("controller") == "ml"
-        ticks.append((is_ml, value))
-        sums[is_ml] += value
-        counts[is_ml] += 1
-        if len(ticks) > window:
-            old_ml, old = ticks.popleft()
-            sums[old_ml] -= old
-            counts[old_ml] -= 1
-        if counts[True] and counts[False]:
-            ml, default = sums[True] / counts[True], sums[False] / counts[False]
-            if ml > 0 and default > 0:
-                out.append((row["tick"], ml / default if goal != "min" else default / ml))
-    return out
+    settle = {knob_column(name): int(spec.get("settle_ticks", 0))
+              for name, spec in (knobs or {}).items()}
+    return [(tick, stats.efficiency) for tick, stats in
+            replay(rows, model, goal, window, unstable_ratio, settle)
+            if math.isfinite(stats.efficiency)]
 
 
 # ---- drawing ------------------------------------------------------------------------------
@@ -416,6 +411,8 @@ def build(mountpoint: Path, subsystem: str, model: str | None = None, last: int 
         raise LookupError(f"{sub}/dataset has no rows yet; `echo prepare_dataset > "
                           f"{sub}/control` seals the pending ones")
     model = model or pick_model(rows, sub)
+    # replayed over every row, then clipped: a shown slice still ends on the file's value
+    window = window_efficiency(rows, model, goal, knobs=info.get("knobs"))
     scope = "every row of the dataset"
     if model and not whole:
         first = next((i for i, r in enumerate(rows) if r.get("model") == model), None)
@@ -433,7 +430,7 @@ def build(mountpoint: Path, subsystem: str, model: str | None = None, last: int 
     fb_stride = max(1, math.ceil(len(feedback) / max(1, max_points)))
     changes = mode_changes(rows, model)
     bands = mode_bands(rows, model)
-    window = window_efficiency(rows, model, goal)
+    window = [(t, v) for t, v in window if first_tick <= t <= last_tick]
 
     obj_svg, drawn = objective_svg(rows, stride, bands, changes, objective.get("unit", ""),
                                    objective.get("name", "objective"), model)
@@ -503,8 +500,9 @@ def build(mountpoint: Path, subsystem: str, model: str | None = None, last: int 
         f'<p class="caption">Drawn: {e(sampling)}. Dashed lines: mode changes of '
         f"{e(model or 'the model')}; bands: its mode.</p>",
         "<h2>Efficiency over time</h2>",
-        _legend([(f"window efficiency (last {WINDOW_TICKS} rows of the model, from the "
-                  "dataset)", "#222"), ("per-tick efficiency (feedback)", COLORS["ml"])]),
+        _legend([(f"window efficiency (the efficiency file's rule: each ML tick against the "
+                  f"default ticks around it, last {WINDOW_TICKS} ticks; from the dataset)",
+                  "#222"), ("per-tick efficiency (feedback)", COLORS["ml"])]),
         eff_svg,
         f'<p class="caption">{len(feedback)} feedback rows'
         + (f", 1 in {fb_stride} drawn" if fb_stride > 1 else "")
@@ -548,7 +546,7 @@ def write_png(path: Path, subsystem: str, data: dict) -> bool:
                        label="per-tick efficiency (feedback)")
     if data["window"]:
         bottom.plot(*zip(*data["window"], strict=True), color="#222",
-                    label=f"window efficiency ({WINDOW_TICKS} rows)")
+                    label=f"window efficiency ({WINDOW_TICKS} ticks)")
     bottom.axhline(1.0, color="#888", linestyle=":")
     bottom.set_yscale("log", base=2)
     bottom.set_ylabel("efficiency")

@@ -19,12 +19,54 @@ method, positive when ML is better whatever the goal).
 An ML tick is resolved when the next default tick arrives, so its feedback row
 is written then (at most a few ticks later; `flush` resolves the rest with the
 earlier default alone when a model stops).
+
+This module is the one definition of efficiency: the model's `efficiency`
+file, `mlfs_model_efficiency{,_confidence}` in `metrics`, the mode switching
+and `mlfs report` (through `replay`, from the dataset's rows) all use it.
+
+Knobs with carry-over
+---------------------
+Pairing ticks assumes a knob's effect stays inside its tick.  Some do not:
+dirty pages let in under a high `vm.dirty_ratio` are written back during
+the next ticks, and a `read_ahead_kb` reaches only files opened after the
+change.  With ML and default ticks alternating, each tick then measures
+mostly its neighbour's setting and the estimate is wrong in either
+direction: a synthetic knob whose effect shows one tick late, 20 % better
+under ML, reads 0.92 / 0.84 / 1.00 in learning / collaboration /
+recommendation instead of 1.20; declared, 1.21 / 1.20 / 1.19, and with a
+3-tick lag 1.21 / 1.20 / 1.19 (2,000 ticks, tests/core/test_efficiency_carryover.py).
+
+A knob declares its carry-over as `Knob.settle_ticks` (k).  Two things
+follow, and a subsystem without such knobs behaves exactly as before:
+
+- `Settling` marks a tick *settling* when a carry-over knob's value in
+  effect differs from its value on any of the k ticks before (so both the
+  ML tick right after a change and the default tick right after the return
+  to the default).  A settling ML tick still gets its feedback row but is
+  not counted; a settling default tick is no baseline (the ML ticks before
+  it wait for the next clean default).
+- Excluding ticks alone would exclude everything under tick-by-tick
+  interleaving (every tick is within k of a change), so the proxy
+  interleaves in *episodes* of `episode_ticks(k)` = 2k ticks: the first k
+  of each episode settle, the last k are measured.  The share of ML ticks
+  per mode stays exact (the credit accumulator runs per episode).
+
+Why not compare whole episodes (episode mean against episode mean)?  It
+needs the same exclusion of the first k ticks anyway (else the settling
+ticks dominate), gives one sample per episode instead of k (a wider
+confidence for the same ticks), and would be a second estimator beside the
+tick pairs; with the exclusion, the clean ticks of an episode are paired
+with the clean defaults bracketing the episode by the one rule above.  The
+price: 2k-tick episodes react k ticks later to a phase change than single
+ticks, and a k larger than the workload's phases leaves few clean pairs
+(efficiency stays `nan`, which is the honest answer).
 """
 
 from __future__ import annotations
 
 import collections
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 
@@ -49,13 +91,44 @@ class Pair:
     payload: object
 
 
+def episode_ticks(settle: int) -> int:
+    """Ticks per ML or default episode for a carry-over of `settle` ticks (1: none)."""
+    return max(1, 2 * settle)
+
+
+class Settling:
+    """Tells settling ticks: a carry-over knob changed within its `settle_ticks`.
+
+    `settle` maps a knob (or dataset column) to its settle ticks; knobs with
+    0 are ignored.  Until k values of a knob were seen, its ticks count as
+    settling (its value before is unknown).
+    """
+
+    def __init__(self, settle: Mapping[str, int]) -> None:
+        self._recent = {name: collections.deque(maxlen=k)
+                        for name, k in settle.items() if k > 0}
+
+    def __bool__(self) -> bool:
+        return bool(self._recent)
+
+    def __call__(self, knobs: Mapping[str, object]) -> bool:
+        """Is the tick run with `knobs` settling?  (Call once per tick, in order.)"""
+        settling = False
+        for name, recent in self._recent.items():
+            value = knobs.get(name)
+            if len(recent) < recent.maxlen or any(v != value for v in recent):
+                settling = True
+            recent.append(value)
+        return settling
+
+
 class EfficiencyWindow:
     def __init__(self, size: int, goal: str, unstable_ratio: float = 2.0) -> None:
         self.size = size
         self.goal = goal
         self.unstable_ratio = unstable_ratio
         self._last_default: float | None = None
-        self._pending: list[tuple[int, float, object]] = []
+        self._pending: list[tuple[int, float, object, bool]] = []
         self._pairs: collections.deque[tuple[int, float, float]] = collections.deque()
         self._defaults: collections.deque[int] = collections.deque()
 
@@ -69,12 +142,25 @@ class EfficiencyWindow:
             return math.nan
         return observed / base if self.goal == "max" else base / observed
 
-    def add_ml(self, tick: int, objective: float, payload: object = None) -> None:
-        """An ML tick waits for the next default tick to be judged."""
-        self._pending.append((tick, objective, payload))
+    def add_ml(self, tick: int, objective: float, payload: object = None,
+               settling: bool = False) -> None:
+        """An ML tick waits for the next default tick to be judged.
 
-    def add_default(self, tick: int, objective: float) -> list[Pair]:
-        """A default tick resolves every ML tick since the previous one."""
+        A `settling` one (see `Settling`) is resolved with the others but
+        never counted.
+        """
+        self._pending.append((tick, objective, payload, settling))
+
+    def add_default(self, tick: int, objective: float, settling: bool = False) -> list[Pair]:
+        """A default tick resolves every ML tick since the previous one.
+
+        A `settling` default tick still shows the ML setting before it: it
+        is no baseline, resolves nothing (the waiting ML ticks wait for the
+        next clean one) and is not counted.
+        """
+        if settling:
+            self._expire(tick)
+            return []
         resolved = self._resolve(objective)
         if math.isfinite(objective):
             self._last_default = objective
@@ -95,9 +181,9 @@ class EfficiencyWindow:
         stable = len(sides) == 2 and min(sides) > 0 and (
             max(sides) / min(sides) <= self.unstable_ratio)
         pairs = []
-        for tick, observed, payload in self._pending:
+        for tick, observed, payload, settling in self._pending:
             ratio = self._ratio(observed, base)
-            ok = stable and math.isfinite(ratio) and math.isfinite(observed)
+            ok = stable and not settling and math.isfinite(ratio) and math.isfinite(observed)
             pairs.append(Pair(tick, observed, base, ratio, ok, payload))
             if ok:
                 self._pairs.append((tick, observed, base))
@@ -134,3 +220,36 @@ class EfficiencyWindow:
             ratio = 1.0 / ratio
             confidence = -confidence
         return EfficiencyStats(ratio, confidence, n, len(self._defaults), self.baseline)
+
+
+def replay(rows: Iterable[dict], model: str, goal: str, size: int,
+           unstable_ratio: float = 2.0, settle: Mapping[str, int] | None = None
+           ) -> list[tuple[int, EfficiencyStats]]:
+    """The window's statistics after each default tick of `model`, from dataset rows.
+
+    A dataset row with `model` == `model` is a tick the model recorded: an ML
+    tick when its `controller` is `ml`, else a default tick.  Fed to an
+    `EfficiencyWindow` in tick order they give what the model's `efficiency`
+    file showed at each default tick (only default ticks change the window,
+    so the value holds until the next one).  Two things the dataset does not
+    show make the daemon's window differ for up to `size` ticks: a daemon
+    restart (its window starts empty) and the cool-down after an efficiency
+    collapse (it clears the window); and a default tick on which another
+    started model is named in the row is not seen here.  `settle` maps the
+    dataset's knob columns (`knob_column`) to the knobs' `settle_ticks`.
+    """
+    window = EfficiencyWindow(size, goal, unstable_ratio)
+    settling = Settling(settle or {})
+    out: list[tuple[int, EfficiencyStats]] = []
+    for row in rows:
+        if row.get("model") != model:
+            continue
+        value = row.get("objective")
+        value = math.nan if value is None else float(value)
+        unsettled = settling(row)
+        if row.get("controller") == "ml":
+            window.add_ml(row["tick"], value, settling=unsettled)
+        else:
+            window.add_default(row["tick"], value, settling=unsettled)
+            out.append((row["tick"], window.stats()))
+    return out

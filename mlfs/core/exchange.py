@@ -16,6 +16,7 @@ import math
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -398,8 +399,11 @@ class Exchange:
     """All subsystems of one mount, the event bus and the counters."""
 
     def __init__(self, config, state_dir: Path, subsystems: list[Subsystem],
-                 backends=None, sources: dict[str, str] | None = None) -> None:
+                 backends=None, sources: dict[str, str] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.config = config
+        #: seconds, for the models' trainer-silence timer (tests pass a virtual clock)
+        self.clock = clock
         #: the backend registry (`mlfs.backends`: check_entry, create_subsystems,
         #: root_only, entry_for_name); None serves no run-time load
         self.backends = backends

@@ -217,10 +217,12 @@ def render(exchange: Exchange) -> str:
             labels = {"subsystem": sub, "model": proxy.name}
             stats = proxy.window.stats()
             w.metric("mlfs_model_efficiency", "gauge",
-                     "Rolling efficiency vs the default algorithm (1 = as good).",
+                     "Rolling efficiency: each ML tick against the default ticks around it "
+                     "(efficiency.py; 1 = as good as the default).",
                      stats.efficiency, **labels)
             w.metric("mlfs_model_efficiency_confidence", "gauge",
-                     "Welch z of ML vs default in the window (positive = ML better).",
+                     "z of the window's paired efficiency away from 1 (delta method, "
+                     "efficiency.py; positive = ML better).",
                      stats.confidence, **labels)
             for mode in MODES:
                 w.metric("mlfs_model_mode", "gauge", "1 for the model's current mode.",

@@ -24,7 +24,7 @@ from mlfs.abi import KnobValue, knob_column
 
 from .clock import now_us, rfc3339
 from .durable import set_aside, write_durably
-from .efficiency import EfficiencyWindow
+from .efficiency import EfficiencyWindow, Settling, episode_ticks
 from .errors import Refused, busy, error_line, invalid
 from .policy import Policy, PolicyRemoved, check_in_subprocess
 from .store import PortionStore, StoreError, errno_name
@@ -127,8 +127,16 @@ class ModelProxy:
         self.current: Recommendation | None = None
         self.policy: Policy | None = None
         self.policy_loaded_ns = 0
-        self.last_trainer_input = time.monotonic()
+        #: seconds for trainer silence (the only wall-time rule of the modes: ModeConfig);
+        #: the exchange's, time.monotonic unless a test drives it in virtual time
+        self.clock = runtime.exchange.clock
+        self.last_trainer_input = self.clock()
         self._ml_credit = 0.0
+        # knobs with carry-over (Knob.settle_ticks): episodes and settling ticks
+        self._settle = {name: knob.settle_ticks for name, knob in runtime.subsystem.knobs.items()}
+        self.settling = Settling(self._settle)
+        self._episode_left = 0
+        self._episode_ml = False
         self._last_transition_tick = runtime.next_tick
         self._ml_since_transition = 0
         self._calm_ticks = 0
@@ -304,7 +312,7 @@ class ModelProxy:
         if owner:
             raise busy(f"knob {owner[0]!r} is controlled by started model {owner[1]!r}")
         self._set_state("started")
-        self.last_trainer_input = time.monotonic()
+        self.last_trainer_input = self.clock()
         self._last_transition_tick = self.runtime.next_tick
 
     def stop(self) -> None:
@@ -476,7 +484,7 @@ class ModelProxy:
             self.current = None
 
     def _heard_from_trainer(self, what: str) -> None:
-        self.last_trainer_input = time.monotonic()
+        self.last_trainer_input = self.clock()
         if self.mode == "emergency" and self.emergency_cause == "silent":
             self._switch(self.pinned or "learning", f"trainer is back ({what})")
 
@@ -537,13 +545,30 @@ class ModelProxy:
             "recommendation": 1.0 - config.recommendation_probe,
         }[self.mode]
 
+    def episode_ticks(self) -> int:
+        """Ticks per episode: 1, or 2k when a controlled knob carries over k ticks."""
+        return episode_ticks(max((self._settle[k] for k in self.controlled), default=0))
+
     def wants_ml(self) -> bool:
-        """Deterministic interleaving: a credit accumulator gives the exact share."""
-        self._ml_credit += self.share()
-        if self._ml_credit >= 1.0 - 1e-9:
+        """Deterministic interleaving: a credit accumulator gives the exact share.
+
+        It decides per episode (`episode_ticks`, one tick unless a controlled
+        knob carries over: efficiency.py says why); a share of 0 (emergency)
+        ends an ML episode at once.
+        """
+        share = self.share()
+        if share == 0.0:
+            self._episode_left = 0
+            return False
+        if self._episode_left > 0:
+            self._episode_left -= 1
+            return self._episode_ml
+        self._ml_credit += share
+        self._episode_ml = self._ml_credit >= 1.0 - 1e-9
+        if self._episode_ml:
             self._ml_credit -= 1.0
-            return True
-        return False
+        self._episode_left = self.episode_ticks() - 1
+        return self._episode_ml
 
     def expire(self, tick: int) -> None:
         rec = self.current
@@ -580,10 +605,13 @@ class ModelProxy:
 
         An ML tick's feedback row waits for the next default tick, which
         completes its baseline (see efficiency.py); then it is written.
+        Ticks a carry-over knob's change still settles are written but not
+        counted in the efficiency.
         """
+        settling = self.settling(knobs)
         if decision is None:
             self.default_ticks += 1
-            self._write_feedback(self.window.add_default(tick, objective))
+            self._write_feedback(self.window.add_default(tick, objective, settling))
             return
         self.ml_ticks += 1
         self._ml_since_transition += 1
@@ -600,7 +628,7 @@ class ModelProxy:
             row[knob_column(name)] = value
         if features:
             row.update(features)
-        self.window.add_ml(tick, objective, row)
+        self.window.add_ml(tick, objective, row, settling)
 
     def _write_feedback(self, pairs: list) -> None:
         for pair in pairs:
@@ -635,7 +663,7 @@ class ModelProxy:
                     self.window.clear()
                     self._switch("learning", "cool-down after efficiency collapse")
             return
-        if time.monotonic() - self.last_trainer_input > config.silence_seconds:
+        if self.clock() - self.last_trainer_input > config.silence_seconds:
             self._switch("emergency", f"trainer silent for over {config.silence_seconds:g} s",
                          cause="silent")
             return

@@ -510,8 +510,10 @@ def run_mlfs(args: argparse.Namespace, work: WorkloadProcess, device: str, root:
         stop.set()
         trainer.join(timeout=60)
         policy = (mdir / "policy").read_text()
+        trained_efficiency = (mdir / "efficiency").read_text().strip()  # the proxy's estimate
         write_attr(mdir / "mode", "recommendation\n")
         info = {
+            "efficiency_after_training": trained_efficiency,
             "train_seconds": round(time.monotonic() - started, 1),
             "trainer": {k: stats.get(k) for k in ("fits", "corrections", "policies",
                                                    "recommendations", "explorations",

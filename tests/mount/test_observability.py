@@ -434,6 +434,31 @@ def test_report_is_one_html_file_with_a_point_per_dataset_row(observed, models, 
     assert f"1 row in {stride} ({drawn} of {len(run)};" in page
 
 
+def test_report_shows_the_efficiency_files_number_for_the_same_rows(observed, models,
+                                                                    tmp_path):
+    """One definition (mlfs/core/efficiency.py): the report replays the rows the daemon saw."""
+    mount, _ = observed
+    model = models("same")
+    # the ML share changes (10 % -> 50 %) while the workload's phases change: where a mean
+    # over ML ticks against a mean over default ticks of the window would drift from it
+    assert write_errno(model / "mode", b"learning\n") == 0
+    assert write_errno(model / "recommend", b"read_ahead_kb=512\n") == 0
+    wait_for(lambda: efficiency_known(model), what="an efficiency")
+    time.sleep(2.5)
+    assert write_errno(model / "mode", b"collaboration\n") == 0
+    time.sleep(2.5)
+    assert write_errno(model / "control", b"stop\n") == 0  # the window holds still
+    shown = (model / "efficiency").read_text().strip()
+    assert write_errno(mount.sub / "control", b"prepare_dataset\n") == 0
+    out = tmp_path / "same.html"
+    done = run_mlfs("report", str(mount.mountpoint), "sim.readahead", "--model", "same",
+                    "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    cell = re.search(r"<th>window efficiency at the end</th><td>([^<]*)</td>",
+                     out.read_text())
+    assert cell and cell.group(1) == shown, (cell and cell.group(1), shown)
+
+
 def test_report_explains_what_is_missing(observed, tmp_path):
     mount, _ = observed
     done = run_mlfs("report", str(mount.mountpoint), "no.such", "--out",

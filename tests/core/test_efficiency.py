@@ -1,0 +1,156 @@
+"""`EfficiencyWindow`, the one definition of efficiency, driven tick by tick."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from mlfs.core.efficiency import EfficiencyWindow, replay
+
+
+def interleave(window: EfficiencyWindow, defaults: list[float], mls: list[float],
+               first: int = 0) -> list:
+    """default, ml, default, ml, ..., default: each ML tick bracketed by two defaults."""
+    assert len(defaults) == len(mls) + 1
+    pairs = list(window.add_default(first, defaults[0]))
+    tick = first
+    for ml, default in zip(mls, defaults[1:], strict=True):
+        window.add_ml(tick + 1, ml)
+        pairs += window.add_default(tick + 2, default)
+        tick += 2
+    return pairs
+
+
+def test_an_ml_tick_is_judged_against_the_mean_of_the_defaults_around_it():
+    window = EfficiencyWindow(100, "max")
+    assert window.add_default(0, 100.0) == []
+    window.add_ml(1, 150.0, payload="row")
+    assert window.stats().ml_ticks == 0, "waits for the next default tick"
+    (pair,) = window.add_default(2, 200.0)
+    assert (pair.tick, pair.observed, pair.baseline, pair.payload) == (1, 150.0, 150.0, "row")
+    assert pair.ratio == 1.0 and pair.stable
+    stats = window.stats()
+    assert (stats.efficiency, stats.ml_ticks, stats.default_ticks) == (1.0, 1, 2)
+
+
+def test_efficiency_is_the_sum_of_observed_over_the_sum_of_baselines():
+    window = EfficiencyWindow(100, "max")
+    interleave(window, [100, 100, 180, 300], [110, 100, 330])
+    # baselines 100, 140, 240: (110 + 100 + 330) / 480 = 1.125, not the mean of the
+    # per-tick ratios (1.063) nor ML mean over default mean (180 / 170 = 1.059)
+    assert window.stats().efficiency == pytest.approx(540 / 480)
+
+
+def test_several_ml_ticks_between_two_defaults_share_one_baseline():
+    window = EfficiencyWindow(100, "max")
+    window.add_default(0, 100.0)
+    for tick in (1, 2, 3):
+        window.add_ml(tick, 120.0)
+    pairs = window.add_default(4, 100.0)
+    assert [p.baseline for p in pairs] == [100.0] * 3
+    assert window.stats().efficiency == pytest.approx(1.2)
+
+
+def test_a_pair_straddling_a_workload_change_is_left_out_but_still_resolved():
+    window = EfficiencyWindow(100, "max", unstable_ratio=2.0)
+    interleave(window, [100, 100], [120])
+    window.add_ml(3, 999.0, payload="straddling")
+    (pair,) = window.add_default(4, 1000.0)  # the workload changed: 100 -> 1000
+    assert not pair.stable and pair.payload == "straddling"
+    assert math.isfinite(pair.ratio), "the feedback row still gets a ratio"
+    stats = window.stats()
+    assert stats.ml_ticks == 1 and stats.efficiency == pytest.approx(1.2)
+
+
+def test_goal_min_inverts_the_efficiency_and_the_confidence_sign():
+    rng = random.Random(1)
+    defaults = [100 * (1 + rng.uniform(-0.05, 0.05)) for _ in range(61)]
+    faster = [80 * (1 + rng.uniform(-0.05, 0.05)) for _ in range(60)]  # a latency: lower
+    as_max, as_min = EfficiencyWindow(1000, "max"), EfficiencyWindow(1000, "min")
+    interleave(as_max, defaults, faster)
+    interleave(as_min, defaults, faster)
+    high, low = as_max.stats(), as_min.stats()
+    assert low.efficiency == pytest.approx(1 / high.efficiency)
+    assert low.efficiency > 1.2 and low.confidence > 2, "ML better for goal min"
+    assert high.efficiency < 0.85 and high.confidence < -2, "ML worse for goal max"
+    assert low.confidence == pytest.approx(-high.confidence)
+
+
+@pytest.mark.parametrize("goal", ["max", "min"])
+def test_confidence_is_positive_when_ml_is_better_and_grows_with_the_pairs(goal):
+    def confidence(n: int) -> float:
+        rng = random.Random(7)
+        better = 1.05 if goal == "max" else 1 / 1.05
+        window = EfficiencyWindow(10 * n, goal)
+        interleave(window, [100 * (1 + rng.gauss(0, 0.02)) for _ in range(n + 1)],
+                   [100 * better * (1 + rng.gauss(0, 0.02)) for _ in range(n)])
+        return window.stats().confidence
+
+    small, large = confidence(25), confidence(400)
+    assert 0 < small < large
+    assert large / small == pytest.approx(4, rel=0.35), "z grows as sqrt(pairs)"
+
+
+def test_confidence_is_nan_with_one_pair_and_near_zero_for_no_difference():
+    window = EfficiencyWindow(100, "max")
+    interleave(window, [100, 100], [100])
+    assert math.isnan(window.stats().confidence)
+    rng = random.Random(3)
+    window = EfficiencyWindow(10_000, "max")
+    interleave(window, [100 * (1 + rng.gauss(0, 0.05)) for _ in range(2001)],
+               [100 * (1 + rng.gauss(0, 0.05)) for _ in range(2000)])
+    assert abs(window.stats().confidence) < 3
+    assert window.stats().efficiency == pytest.approx(1.0, abs=0.01)
+
+
+def test_pairs_and_defaults_older_than_the_window_expire():
+    window = EfficiencyWindow(10, "max")
+    interleave(window, [100, 100, 100], [200, 200])  # ticks 0..4, ML ratio 2
+    interleave(window, [100] * 6, [100] * 5, first=20)  # ticks 20..30, ML ratio 1
+    stats = window.stats()
+    assert stats.efficiency == 1.0 and stats.ml_ticks == 5
+    assert stats.default_ticks == 5, "defaults of ticks 21..30 only"
+
+
+def test_flush_resolves_waiting_ml_ticks_with_the_earlier_default_alone():
+    window = EfficiencyWindow(100, "max")
+    interleave(window, [100, 100], [110])
+    window.add_ml(3, 500.0, payload="last")
+    (pair,) = window.flush()
+    assert (pair.baseline, pair.ratio, pair.payload) == (100.0, 5.0, "last")
+    assert not pair.stable, "one side only: not counted"
+    assert window.stats().efficiency == pytest.approx(1.1)
+    assert window.flush() == []
+
+
+def test_a_non_finite_objective_is_never_counted():
+    window = EfficiencyWindow(100, "max")
+    window.add_default(0, 100.0)
+    window.add_ml(1, math.nan)
+    (pair,) = window.add_default(2, 100.0)
+    assert not pair.stable
+    window.add_ml(3, 120.0)
+    assert window.add_default(4, math.nan)[0].stable is False
+    assert window.baseline == 100.0, "a nan default is no baseline"
+    assert math.isnan(window.stats().efficiency)
+
+
+def test_replay_of_dataset_rows_gives_the_live_windows_value():
+    rng = random.Random(5)
+    live = EfficiencyWindow(50, "max")
+    rows = []
+    for tick in range(400):
+        value = (100 if tick < 200 else 400) * (1 + rng.gauss(0, 0.05))
+        ml = tick % 3 == 1
+        if ml:
+            live.add_ml(tick, value * 1.1)
+        else:
+            live.add_default(tick, value)
+        rows.append({"tick": tick, "model": "m", "controller": "ml" if ml else "default",
+                     "objective": value * 1.1 if ml else value})
+        rows.append({"tick": tick, "model": "other", "controller": "ml", "objective": 1.0})
+    replayed = replay(rows, "m", "max", 50)
+    assert replayed[-1][1] == live.stats()
+    assert replayed[-1][0] == 399 and len(replayed) == sum(1 for t in range(400) if t % 3 != 1)
