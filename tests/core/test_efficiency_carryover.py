@@ -203,3 +203,27 @@ def test_the_readahead_simulator_with_carry_over_declares_it():
     assert sim.knobs["read_ahead_kb"].settle_ticks == 2
     first = [sim.step({"read_ahead_kb": 0}).features["current_ra_kb"] for _ in range(3)]
     assert first == [0, 0, 0], "the feature is what the kernel has, at once"
+
+
+def test_the_report_of_a_state_directory_shows_the_efficiency_file_with_carry_over(tmp_path):
+    """info.json carries settle_ticks, so `mlfs report` leaves out what the daemon left out."""
+    from mlfs.backends.sim_readahead import SimReadahead
+
+    from mlfs.report import build
+
+    config = parse_config("[modes]\nsilence_seconds = 1e9\n", "test")
+    rt = Exchange(config, tmp_path, [SimReadahead(seed=1, carry_over_ticks=2)]).runtimes[
+        "sim.readahead"]
+    try:
+        rt.keep_info()
+        proxy = rt.create_model("m")
+        proxy.start()
+        proxy.set_mode(b"collaboration\n")
+        proxy.recommend(b"read_ahead_kb=512\n")
+        for _ in range(1200):
+            rt.tick()
+        rt.dataset.seal_now()
+        _, summary, _ = build(tmp_path, "sim.readahead", "m")
+        assert f"{summary['efficiency_last']:.3f}\n" == proxy.efficiency_text()
+    finally:
+        rt.close()
