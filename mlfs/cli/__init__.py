@@ -15,19 +15,7 @@ import argparse
 import os
 import sys
 
-from . import (
-    backends,
-    bench,
-    config,
-    demo,
-    fleet,
-    mount,
-    report,
-    restore,
-    status,
-    train,
-    umount,
-)
+from . import backends, bench, config, demo, fleet, mount, report, restore, status, train, umount
 
 #: in the order of `mlfs --help`
 COMMANDS = (mount, umount, restore, status, report, train, demo, bench, config, fleet, backends)

@@ -14,8 +14,7 @@ EXAMPLES = """examples:
 def cmd_bench(args: argparse.Namespace) -> int:
     from ..bench import main as bench_main
 
-    argv = (["--quick"] if args.quick else []) + (["--json", args.json] if args.json else [])
-    return bench_main(argv)
+    return bench_main(quick=args.quick, json_path=args.json)
 
 
 def add_parser(sub) -> None:
