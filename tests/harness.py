@@ -22,6 +22,9 @@ from pathlib import Path
 
 import pytest
 
+from mlfs import client
+from mlfs.client import MountProcess, write_errno  # noqa: F401  (write_errno: for the tests)
+
 REPO = Path(__file__).resolve().parent.parent
 
 FAST_CONFIG = """
@@ -59,83 +62,26 @@ def mlfs_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "mlfs", *args]
 
 
-class Mount:
-    """One running daemon: its mountpoint, state dir and pid."""
+class Mount(MountProcess):
+    """One daemon for a test: `MountProcess` (start, ready, stop by PID with the reuse
+    guard) on `root/name`, with the configuration written to `root/name.toml`."""
 
     def __init__(self, root: Path, config: str = FAST_CONFIG, name: str = "mnt") -> None:
         self.root = root
-        self.mountpoint = root / name
-        self.state_dir = root / (name + "-state")
-        self.config_path = root / (name + ".toml")
-        self.mountpoint.mkdir(exist_ok=True)
-        self.config_path.write_text(config)
-        self.pid: int | None = None
+        mountpoint = root / name
+        mountpoint.mkdir(exist_ok=True)
+        config_path = root / (name + ".toml")
+        config_path.write_text(config)
+        super().__init__(mountpoint, root / (name + "-state"), config_path, cwd=REPO,
+                         timeout=60)
 
     @property
     def sub(self) -> Path:
         return self.mountpoint / "sim.readahead"
 
-    def start(self) -> Mount:
-        done = subprocess.run(
-            mlfs_command("mount", str(self.mountpoint), "--config", str(self.config_path),
-                         "--state-dir", str(self.state_dir)),
-            capture_output=True, text=True, timeout=60, cwd=REPO,
-        )
-        assert done.returncode == 0, done.stdout + done.stderr
-        self.pid = int((self.state_dir / "mlfs.pid").read_text())
-        return self
-
-    def alive(self) -> bool:
-        """The daemon still runs (and the pid was not reused: its cmdline names us)."""
-        if self.pid is None:
-            return False
-        try:
-            stat = Path(f"/proc/{self.pid}/stat").read_text()
-            cmdline = Path(f"/proc/{self.pid}/cmdline").read_bytes()
-        except OSError:
-            return False
-        if str(self.mountpoint).encode() not in cmdline:
-            return False
-        return not stat.split(") ")[1].startswith("Z")
-
     def kill(self, sig: int = signal.SIGKILL, timeout: float = 30) -> None:
-        """End the daemon by its pid and wait until it is gone."""
-        if self.pid is None:
-            return
-        if self.alive():
-            try:
-                os.kill(self.pid, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + timeout
-        while self.alive() and time.monotonic() < deadline:
-            time.sleep(0.02)
-        if self.alive():
-            os.kill(self.pid, signal.SIGKILL)  # still ours: alive() checked the cmdline
-        self.pid = None
-        self._clear_mount()
-
-    def umount(self) -> subprocess.CompletedProcess:
-        done = subprocess.run(mlfs_command("umount", str(self.mountpoint)),
-                              capture_output=True, text=True, timeout=90, cwd=REPO)
-        self.kill(signal.SIGTERM)
-        return done
-
-    def _clear_mount(self) -> None:
-        for _ in range(50):
-            if not os.path.ismount(self.mountpoint) and _stat_ok(self.mountpoint):
-                return
-            subprocess.run(["fusermount3", "-u", "-z", str(self.mountpoint)],
-                           capture_output=True)
-            time.sleep(0.05)
-
-
-def _stat_ok(path: Path) -> bool:
-    try:
-        os.stat(path)
-        return True
-    except OSError:
-        return False
+        """End the daemon by its pid (SIGKILL: a crash) and wait until it is gone."""
+        self.stop(sig, timeout)
 
 
 def wait_for(predicate, timeout: float = 20.0, interval: float = 0.05, what: str = ""):
@@ -189,18 +135,6 @@ tick_seconds = 0.02
 """
 
 
-def write_errno(path: Path | str, data: bytes) -> int:
-    """One open + one write(2) + close, as a trainer does; 0 or the write's errno."""
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        os.write(fd, data)
-        return 0
-    except OSError as exc:
-        return exc.errno
-    finally:
-        os.close(fd)
-
-
 def new_model(sub: Path, name: str, start: bool = True) -> Path:
     """mkdir models/<name> (and `echo start > control`); returns its directory."""
     model = sub / "models" / name
@@ -240,56 +174,28 @@ class Models:
                 pass
 
 
-class EventStream:
-    """An open `events` file read without blocking the test (O_NONBLOCK + poll)."""
+class EventStream(client.EventStream):
+    """The client's `events` reader, strict for tests: every event is kept in `seen`,
+    a line that is not a JSON object fails the test, and so does a `wait_for` timeout."""
 
     def __init__(self, path: Path | str) -> None:
-        import select
-
-        self.fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-        self._poll = select.poll()
-        self._poll.register(self.fd, select.POLLIN)
-        self._buffer = b""
+        super().__init__(path)
         self.seen: list[dict] = []
-        self._unread: list[dict] = []
 
-    def __enter__(self) -> EventStream:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-
-    def _read_some(self, timeout: float) -> None:
-        import json
-
-        if not self._poll.poll(max(0, int(timeout * 1000))):
-            return
-        try:
-            self._buffer += os.read(self.fd, 1 << 16)
-        except BlockingIOError:
-            return
-        *whole, self._buffer = self._buffer.split(b"\n")
-        events = [json.loads(line) for line in whole]
+    def read(self, timeout: float = 0.0) -> list[dict]:
+        events = super().read(timeout)
+        if self.bad_lines:
+            pytest.fail(f"{self.path}: {self.bad_lines} line(s) that are not a JSON object")
         self.seen += events
-        self._unread += events
+        return events
 
     def wait_for(self, predicate, timeout: float = 10.0, what: str = "") -> dict:
         """The next event for which predicate(event) is true (earlier ones are skipped)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            while self._unread:
-                event = self._unread.pop(0)
-                if predicate(event):
-                    return event
-            if time.monotonic() > deadline:
-                pytest.fail(f"no event {what or predicate} within {timeout:g} s; "
-                            f"last seen: {self.seen[-3:]}")
-            self._read_some(max(0.0, min(0.2, deadline - time.monotonic())))
+        event = super().wait_for(predicate, timeout)
+        if event is None:
+            pytest.fail(f"no event {what or predicate} within {timeout:g} s; "
+                        f"last seen: {self.seen[-3:]}")
+        return event
 
 
 
