@@ -12,15 +12,27 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import math
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+import numpy as np
+import pyarrow as pa
 import pytest
+
+from mlfs import client
+from mlfs.abi import candidate_values
+from mlfs.client import MountProcess, write_errno  # noqa: F401  (write_errno: for the tests)
+
+if TYPE_CHECKING:
+    from mlfs.trainers.learner import KnobLearner
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -59,83 +71,26 @@ def mlfs_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "mlfs", *args]
 
 
-class Mount:
-    """One running daemon: its mountpoint, state dir and pid."""
+class Mount(MountProcess):
+    """One daemon for a test: `MountProcess` (start, ready, stop by PID with the reuse
+    guard) on `root/name`, with the configuration written to `root/name.toml`."""
 
     def __init__(self, root: Path, config: str = FAST_CONFIG, name: str = "mnt") -> None:
         self.root = root
-        self.mountpoint = root / name
-        self.state_dir = root / (name + "-state")
-        self.config_path = root / (name + ".toml")
-        self.mountpoint.mkdir(exist_ok=True)
-        self.config_path.write_text(config)
-        self.pid: int | None = None
+        mountpoint = root / name
+        mountpoint.mkdir(exist_ok=True)
+        config_path = root / (name + ".toml")
+        config_path.write_text(config)
+        super().__init__(mountpoint, root / (name + "-state"), config_path, cwd=REPO,
+                         timeout=60)
 
     @property
     def sub(self) -> Path:
         return self.mountpoint / "sim.readahead"
 
-    def start(self) -> Mount:
-        done = subprocess.run(
-            mlfs_command("mount", str(self.mountpoint), "--config", str(self.config_path),
-                         "--state-dir", str(self.state_dir)),
-            capture_output=True, text=True, timeout=60, cwd=REPO,
-        )
-        assert done.returncode == 0, done.stdout + done.stderr
-        self.pid = int((self.state_dir / "mlfs.pid").read_text())
-        return self
-
-    def alive(self) -> bool:
-        """The daemon still runs (and the pid was not reused: its cmdline names us)."""
-        if self.pid is None:
-            return False
-        try:
-            stat = Path(f"/proc/{self.pid}/stat").read_text()
-            cmdline = Path(f"/proc/{self.pid}/cmdline").read_bytes()
-        except OSError:
-            return False
-        if str(self.mountpoint).encode() not in cmdline:
-            return False
-        return not stat.split(") ")[1].startswith("Z")
-
     def kill(self, sig: int = signal.SIGKILL, timeout: float = 30) -> None:
-        """End the daemon by its pid and wait until it is gone."""
-        if self.pid is None:
-            return
-        if self.alive():
-            try:
-                os.kill(self.pid, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + timeout
-        while self.alive() and time.monotonic() < deadline:
-            time.sleep(0.02)
-        if self.alive():
-            os.kill(self.pid, signal.SIGKILL)  # still ours: alive() checked the cmdline
-        self.pid = None
-        self._clear_mount()
-
-    def umount(self) -> subprocess.CompletedProcess:
-        done = subprocess.run(mlfs_command("umount", str(self.mountpoint)),
-                              capture_output=True, text=True, timeout=90, cwd=REPO)
-        self.kill(signal.SIGTERM)
-        return done
-
-    def _clear_mount(self) -> None:
-        for _ in range(50):
-            if not os.path.ismount(self.mountpoint) and _stat_ok(self.mountpoint):
-                return
-            subprocess.run(["fusermount3", "-u", "-z", str(self.mountpoint)],
-                           capture_output=True)
-            time.sleep(0.05)
-
-
-def _stat_ok(path: Path) -> bool:
-    try:
-        os.stat(path)
-        return True
-    except OSError:
-        return False
+        """End the daemon by its pid (SIGKILL: a crash) and wait until it is gone."""
+        self.stop(sig, timeout)
 
 
 def wait_for(predicate, timeout: float = 20.0, interval: float = 0.05, what: str = ""):
@@ -189,18 +144,6 @@ tick_seconds = 0.02
 """
 
 
-def write_errno(path: Path | str, data: bytes) -> int:
-    """One open + one write(2) + close, as a trainer does; 0 or the write's errno."""
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        os.write(fd, data)
-        return 0
-    except OSError as exc:
-        return exc.errno
-    finally:
-        os.close(fd)
-
-
 def new_model(sub: Path, name: str, start: bool = True) -> Path:
     """mkdir models/<name> (and `echo start > control`); returns its directory."""
     model = sub / "models" / name
@@ -240,56 +183,28 @@ class Models:
                 pass
 
 
-class EventStream:
-    """An open `events` file read without blocking the test (O_NONBLOCK + poll)."""
+class EventStream(client.EventStream):
+    """The client's `events` reader, strict for tests: every event is kept in `seen`,
+    a line that is not a JSON object fails the test, and so does a `wait_for` timeout."""
 
     def __init__(self, path: Path | str) -> None:
-        import select
-
-        self.fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-        self._poll = select.poll()
-        self._poll.register(self.fd, select.POLLIN)
-        self._buffer = b""
+        super().__init__(path)
         self.seen: list[dict] = []
-        self._unread: list[dict] = []
 
-    def __enter__(self) -> EventStream:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-
-    def _read_some(self, timeout: float) -> None:
-        import json
-
-        if not self._poll.poll(max(0, int(timeout * 1000))):
-            return
-        try:
-            self._buffer += os.read(self.fd, 1 << 16)
-        except BlockingIOError:
-            return
-        *whole, self._buffer = self._buffer.split(b"\n")
-        events = [json.loads(line) for line in whole]
+    def read(self, timeout: float = 0.0) -> list[dict]:
+        events = super().read(timeout)
+        if self.bad_lines:
+            pytest.fail(f"{self.path}: {self.bad_lines} line(s) that are not a JSON object")
         self.seen += events
-        self._unread += events
+        return events
 
     def wait_for(self, predicate, timeout: float = 10.0, what: str = "") -> dict:
         """The next event for which predicate(event) is true (earlier ones are skipped)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            while self._unread:
-                event = self._unread.pop(0)
-                if predicate(event):
-                    return event
-            if time.monotonic() > deadline:
-                pytest.fail(f"no event {what or predicate} within {timeout:g} s; "
-                            f"last seen: {self.seen[-3:]}")
-            self._read_some(max(0.0, min(0.2, deadline - time.monotonic())))
+        event = super().wait_for(predicate, timeout)
+        if event is None:
+            pytest.fail(f"no event {what or predicate} within {timeout:g} s; "
+                        f"last seen: {self.seen[-3:]}")
+        return event
 
 
 
@@ -366,3 +281,131 @@ def fill(directory: Path) -> Path:
         except OSError:
             pass
     return filler
+
+
+# ---- a synthetic subsystem (the trainer and verifier tests, no mount) ----------------------
+# Workload phases told apart by their features, each with its own best read_ahead_kb;
+# the throughput of a tick falls off with the log2-distance of the knob from the
+# phase's best.  The default algorithm keeps the stock 128, and 10% of ticks try a
+# grid value, as in learning mode.
+INFO = {
+    "backend": "synthetic",
+    "description": "test subsystem",
+    "tick_seconds": 0.05,
+    "objective": {"name": "throughput", "unit": "MB/s", "goal": "max"},
+    "knobs": {"read_ahead_kb": {"type": "int", "min": 0, "max": 4096, "default": 128}},
+    "features": {
+        "seq_ratio": "float64",
+        "mmap_ratio": "float64",
+        "avg_request_kb": "float64",
+        "queue_depth": "int64",
+        "noise": "float64",
+    },
+}
+FEATURES = list(INFO["features"])
+COLUMNS = FEATURES + ["knob_read_ahead_kb"]
+
+# phase -> (typical features, best knob, peak objective)
+PHASES = {
+    "sequential": ({"seq_ratio": 0.95, "mmap_ratio": 0.05, "avg_request_kb": 256.0,
+                    "queue_depth": 4, "noise": 0.0}, 1024, 400.0),
+    "random": ({"seq_ratio": 0.05, "mmap_ratio": 0.05, "avg_request_kb": 4.0,
+                "queue_depth": 32, "noise": 0.0}, 8, 60.0),
+    "strided": ({"seq_ratio": 0.5, "mmap_ratio": 0.6, "avg_request_kb": 64.0,
+                 "queue_depth": 8, "noise": 0.0}, 256, 150.0),
+}
+GRID = candidate_values(INFO["knobs"]["read_ahead_kb"])
+
+
+def true_objective(phase: str, knob: float, goal: str = "max") -> float:
+    _, best, peak = PHASES[phase]
+    distance = math.log2(1 + knob) - math.log2(1 + best)
+    value = peak * math.exp(-distance**2 / (2 * 1.5**2))
+    return value if goal == "max" else 1000.0 / (1.0 + value)  # latency-like for "min"
+
+
+def phase_features(phase: str, rng: np.random.Generator) -> dict:
+    typical = PHASES[phase][0]
+    return {
+        "seq_ratio": float(np.clip(typical["seq_ratio"] + rng.normal(0, 0.03), 0, 1)),
+        "mmap_ratio": float(np.clip(typical["mmap_ratio"] + rng.normal(0, 0.03), 0, 1)),
+        "avg_request_kb": float(typical["avg_request_kb"] * rng.lognormal(0, 0.1)),
+        "queue_depth": int(typical["queue_depth"] + rng.integers(-1, 2)),
+        "noise": float(rng.normal()),
+    }
+
+
+def make_dataset(n: int, seed: int = 1, start_tick: int = 0, goal: str = "max",
+                 explore_share: float = 0.1, phase_len: int = 60) -> pa.Table:
+    """Rows in the dataset schema: a phase runs for `phase_len` ticks at a time."""
+    rng = np.random.default_rng(seed)
+    names = list(PHASES)
+    rows: dict[str, list] = {c: [] for c in ["ts", "tick", "controller", "model", "mode",
+                                             *COLUMNS, "objective"]}
+    phase = names[0]
+    t0 = 1_700_000_000_000_000
+    for i in range(n):
+        if i % phase_len == 0:
+            phase = names[int(rng.integers(len(names)))]
+        ml = rng.random() < explore_share
+        knob = int(rng.choice(GRID)) if ml else 128
+        feats = phase_features(phase, rng)
+        objective = true_objective(phase, knob, goal) * rng.lognormal(0, 0.05)
+        tick = start_tick + i
+        rows["ts"].append(t0 + tick * 50_000)
+        rows["tick"].append(tick)
+        rows["controller"].append("ml" if ml else "default")
+        rows["model"].append("lgbm" if ml else None)
+        rows["mode"].append("learning")
+        rows["knob_read_ahead_kb"].append(knob)
+        for name in FEATURES:
+            rows[name].append(feats[name])
+        rows["objective"].append(objective)
+    schema = pa.schema(
+        [("ts", pa.timestamp("us", tz="UTC")), ("tick", pa.int64()),
+         ("controller", pa.string()), ("model", pa.string()), ("mode", pa.string()),
+         ("knob_read_ahead_kb", pa.int64())]
+        + [(f, pa.int64() if INFO["features"][f] == "int64" else pa.float64())
+           for f in FEATURES]
+        + [("objective", pa.float64())]
+    )
+    return pa.table(rows, schema=schema)
+
+
+def make_feedback(learner: KnobLearner, n: int, seed: int, bias: float) -> pa.Table:
+    """Feedback rows of policy ticks in a world where throughput is `bias` times higher."""
+    rng = np.random.default_rng(seed)
+    rows: dict[str, list] = {c: [] for c in ["tick", "model", "source", "recommendation_id",
+                                             *COLUMNS, "expected", "observed", "baseline",
+                                             "efficiency", "error"]}
+    names = list(PHASES)
+    for i in range(n):
+        phase = names[i % len(names)]
+        feats = phase_features(phase, rng)
+        knobs, expected = learner.recommend(feats)
+        knob = knobs["read_ahead_kb"]
+        observed = bias * true_objective(phase, knob) * rng.lognormal(0, 0.02)
+        baseline = true_objective(phase, 128)
+        rows["tick"].append(100_000 + i)
+        rows["model"].append("lgbm")
+        rows["source"].append("policy")
+        rows["recommendation_id"].append(None)
+        rows["knob_read_ahead_kb"].append(knob)
+        for name in FEATURES:
+            rows[name].append(feats[name])
+        rows["expected"].append(expected)
+        rows["observed"].append(observed)
+        rows["baseline"].append(baseline)
+        rows["efficiency"].append(observed / baseline)
+        rows["error"].append(observed - expected)
+    return pa.table(rows)
+
+
+# ---- LightGBM model text ---------------------------------------------------------------
+def fix_sizes(text: str) -> str:
+    """Recompute tree_sizes the way LightGBM writes them (bytes from Tree= to Tree=)."""
+    starts = [m.start() for m in re.finditer(r"^Tree=\d+$", text, re.M)]
+    end = text.find("\nend of trees") + 1
+    sizes = [b - a for a, b in zip(starts, starts[1:] + [end], strict=True)]
+    return re.sub(r"^tree_sizes=.*$", "tree_sizes=" + " ".join(map(str, sizes)), text,
+                  count=1, flags=re.M)

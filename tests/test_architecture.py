@@ -61,3 +61,8 @@ def test_the_trainers_contract_forbids_every_module_but_client_and_abi(
     forbidden = set(contracts()["trainers"]["forbidden_modules"])
     assert modules - allowed - forbidden == set(), "add them to the trainers contract"
     assert forbidden <= modules | {"pyfuse3"}, "the contract names modules that do not exist"
+
+
+def test_tests_outside_tests_mount_are_not_marked_mount(request: pytest.FixtureRequest) -> None:
+    # tests/mount/conftest.py marks by path: -m "not mount" keeps the tests without FUSE
+    assert request.node.get_closest_marker("mount") is None

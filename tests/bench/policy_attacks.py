@@ -60,7 +60,7 @@ DECIDE = r'''
 import time
 from mlfs.abi import Knob
 from mlfs.core.policy import Policy
-from tests.core.test_trainer_learner import FEATURES, INFO, make_dataset
+from tests.harness import FEATURES, INFO, make_dataset
 from mlfs.trainers.learner import KnobLearner
 learner = KnobLearner(INFO)
 for k in range(5):

@@ -19,7 +19,7 @@ from mlfs.backends.sim_readahead import SimReadahead
 from mlfs.config import parse_config
 from mlfs.core import policy as policy_module
 from mlfs.core.exchange import Exchange
-from tests.core.test_verifier import fix_sizes
+from tests.harness import fix_sizes
 
 CONFIG = """
 [modes]

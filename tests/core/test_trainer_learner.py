@@ -1,6 +1,6 @@
 """The trainer's learning core on a synthetic subsystem (no mount, no backend).
 
-The synthetic subsystem has workload phases told apart by their features, each
+The synthetic subsystem (tests/harness.py) has workload phases told apart by their features, each
 with its own best `read_ahead_kb`; the throughput of a tick falls off with the
 log2-distance of the knob from the phase's best.  The default algorithm keeps
 the stock 128, and 10% of ticks try a grid value, as in learning mode.
@@ -19,118 +19,16 @@ from mlfs.trainers.learner import KnobLearner, candidate_values, knob_column
 
 from mlfs.abi import Knob
 from mlfs.core.policy import Policy
-
-INFO = {
-    "backend": "synthetic",
-    "description": "test subsystem",
-    "tick_seconds": 0.05,
-    "objective": {"name": "throughput", "unit": "MB/s", "goal": "max"},
-    "knobs": {"read_ahead_kb": {"type": "int", "min": 0, "max": 4096, "default": 128}},
-    "features": {
-        "seq_ratio": "float64",
-        "mmap_ratio": "float64",
-        "avg_request_kb": "float64",
-        "queue_depth": "int64",
-        "noise": "float64",
-    },
-}
-FEATURES = list(INFO["features"])
-COLUMNS = FEATURES + ["knob_read_ahead_kb"]
-
-# phase -> (typical features, best knob, peak objective)
-PHASES = {
-    "sequential": ({"seq_ratio": 0.95, "mmap_ratio": 0.05, "avg_request_kb": 256.0,
-                    "queue_depth": 4, "noise": 0.0}, 1024, 400.0),
-    "random": ({"seq_ratio": 0.05, "mmap_ratio": 0.05, "avg_request_kb": 4.0,
-                "queue_depth": 32, "noise": 0.0}, 8, 60.0),
-    "strided": ({"seq_ratio": 0.5, "mmap_ratio": 0.6, "avg_request_kb": 64.0,
-                 "queue_depth": 8, "noise": 0.0}, 256, 150.0),
-}
-GRID = candidate_values(INFO["knobs"]["read_ahead_kb"])
-
-
-def true_objective(phase: str, knob: float, goal: str = "max") -> float:
-    _, best, peak = PHASES[phase]
-    distance = math.log2(1 + knob) - math.log2(1 + best)
-    value = peak * math.exp(-distance**2 / (2 * 1.5**2))
-    return value if goal == "max" else 1000.0 / (1.0 + value)  # latency-like for "min"
-
-
-def phase_features(phase: str, rng: np.random.Generator) -> dict:
-    typical = PHASES[phase][0]
-    return {
-        "seq_ratio": float(np.clip(typical["seq_ratio"] + rng.normal(0, 0.03), 0, 1)),
-        "mmap_ratio": float(np.clip(typical["mmap_ratio"] + rng.normal(0, 0.03), 0, 1)),
-        "avg_request_kb": float(typical["avg_request_kb"] * rng.lognormal(0, 0.1)),
-        "queue_depth": int(typical["queue_depth"] + rng.integers(-1, 2)),
-        "noise": float(rng.normal()),
-    }
-
-
-def make_dataset(n: int, seed: int = 1, start_tick: int = 0, goal: str = "max",
-                 explore_share: float = 0.1, phase_len: int = 60) -> pa.Table:
-    """Rows in the dataset schema: a phase runs for `phase_len` ticks at a time."""
-    rng = np.random.default_rng(seed)
-    names = list(PHASES)
-    rows: dict[str, list] = {c: [] for c in ["ts", "tick", "controller", "model", "mode",
-                                             *COLUMNS, "objective"]}
-    phase = names[0]
-    t0 = 1_700_000_000_000_000
-    for i in range(n):
-        if i % phase_len == 0:
-            phase = names[int(rng.integers(len(names)))]
-        ml = rng.random() < explore_share
-        knob = int(rng.choice(GRID)) if ml else 128
-        feats = phase_features(phase, rng)
-        objective = true_objective(phase, knob, goal) * rng.lognormal(0, 0.05)
-        tick = start_tick + i
-        rows["ts"].append(t0 + tick * 50_000)
-        rows["tick"].append(tick)
-        rows["controller"].append("ml" if ml else "default")
-        rows["model"].append("lgbm" if ml else None)
-        rows["mode"].append("learning")
-        rows["knob_read_ahead_kb"].append(knob)
-        for name in FEATURES:
-            rows[name].append(feats[name])
-        rows["objective"].append(objective)
-    schema = pa.schema(
-        [("ts", pa.timestamp("us", tz="UTC")), ("tick", pa.int64()),
-         ("controller", pa.string()), ("model", pa.string()), ("mode", pa.string()),
-         ("knob_read_ahead_kb", pa.int64())]
-        + [(f, pa.int64() if INFO["features"][f] == "int64" else pa.float64())
-           for f in FEATURES]
-        + [("objective", pa.float64())]
-    )
-    return pa.table(rows, schema=schema)
-
-
-def make_feedback(learner: KnobLearner, n: int, seed: int, bias: float) -> pa.Table:
-    """Feedback rows of policy ticks in a world where throughput is `bias` times higher."""
-    rng = np.random.default_rng(seed)
-    rows: dict[str, list] = {c: [] for c in ["tick", "model", "source", "recommendation_id",
-                                             *COLUMNS, "expected", "observed", "baseline",
-                                             "efficiency", "error"]}
-    names = list(PHASES)
-    for i in range(n):
-        phase = names[i % len(names)]
-        feats = phase_features(phase, rng)
-        knobs, expected = learner.recommend(feats)
-        knob = knobs["read_ahead_kb"]
-        observed = bias * true_objective(phase, knob) * rng.lognormal(0, 0.02)
-        baseline = true_objective(phase, 128)
-        rows["tick"].append(100_000 + i)
-        rows["model"].append("lgbm")
-        rows["source"].append("policy")
-        rows["recommendation_id"].append(None)
-        rows["knob_read_ahead_kb"].append(knob)
-        for name in FEATURES:
-            rows[name].append(feats[name])
-        rows["expected"].append(expected)
-        rows["observed"].append(observed)
-        rows["baseline"].append(baseline)
-        rows["efficiency"].append(observed / baseline)
-        rows["error"].append(observed - expected)
-    return pa.table(rows)
+from tests.harness import (
+    COLUMNS,
+    FEATURES,
+    GRID,
+    INFO,
+    PHASES,
+    make_dataset,
+    make_feedback,
+    phase_features,
+)
 
 
 def proxy_argmax(text: str, features: dict, goal: str = "max") -> tuple[int, float]:

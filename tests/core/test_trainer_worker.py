@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 import pytest
 from mlfs.trainers.worker import run_worker
 
-from tests.core.test_trainer_learner import (
+from tests.harness import (
     COLUMNS,
     GRID,
     INFO,

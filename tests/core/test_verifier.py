@@ -19,6 +19,7 @@ from mlfs.core import policy as policy_module
 from mlfs.core import verifier
 from mlfs.core.errors import Refused
 from mlfs.core.verifier import verify
+from tests.harness import fix_sizes
 
 NAMES = ["sequential_ratio", "mem_pressure", "knob_read_ahead_kb"]
 
@@ -36,15 +37,6 @@ def train(rounds: int = 3, leaves: int = 4, objective: str = "regression", **par
 @pytest.fixture(scope="module")
 def text() -> str:
     return train()
-
-
-def fix_sizes(text: str) -> str:
-    """Recompute tree_sizes the way LightGBM writes them (bytes from Tree= to Tree=)."""
-    starts = [m.start() for m in re.finditer(r"^Tree=\d+$", text, re.M)]
-    end = text.find("\nend of trees") + 1
-    sizes = [b - a for a, b in zip(starts, starts[1:] + [end], strict=True)]
-    return re.sub(r"^tree_sizes=.*$", "tree_sizes=" + " ".join(map(str, sizes)), text,
-                  count=1, flags=re.M)
 
 
 def with_field(text: str, tree: int, field: str, value: str | None) -> str:
@@ -333,7 +325,7 @@ def test_every_policy_our_trainer_produces_verifies():
     """Fits, gamma fits and corrections up to the trainer's tree budget all verify."""
     from mlfs.trainers.learner import KnobLearner
 
-    from tests.core.test_trainer_learner import INFO, make_dataset, make_feedback
+    from tests.harness import INFO, make_dataset, make_feedback
 
     seen = []
     for relative in (False, True):

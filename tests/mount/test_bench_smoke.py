@@ -21,8 +21,6 @@ import pytest
 
 from tests.harness import REPO, fuse_unavailable
 
-pytestmark = pytest.mark.mount
-
 ROWS = (
     "read_first", "read_repeat", "query_polars", "query_duckdb", "control_write",
     "event_wakeup", "concurrency", "footprint_cpu", "footprint_rss", "ingest",

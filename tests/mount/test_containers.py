@@ -63,7 +63,6 @@ def test_systemd_dockerfile_is_hadolint_clean():
     assert done.returncode == 0 and not done.stdout.strip(), done.stdout + done.stderr
 
 
-@pytest.mark.mount
 def test_images_build_and_run_with_the_mount_propagated_to_the_host():
     reason = container_engine_missing()
     if reason:
