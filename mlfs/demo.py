@@ -55,21 +55,54 @@ def _demo_config(seed: int) -> str | None:
     return text if changed else None
 
 
+def _keep_problem(keep: str) -> str | None:
+    """Why `--keep DIR` cannot be the run's state directory (None: new or empty)."""
+    try:
+        if any(Path(keep).iterdir()):
+            return "not empty (give a new or empty directory)"
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        return str(exc.strerror or exc)
+    return None
+
+
+def _follow(mountpoint: Path, seconds: float, settle: float) -> list[tuple[str, str]]:
+    """One live progress line a second until `seconds` pass or the model has been in
+    recommendation mode for `settle` s; returns the mode changes (tick, mode)."""
+    mode_changes: list[tuple[str, str]] = []
+    started = time.monotonic()
+    model = mountpoint / SUBSYSTEM / "models" / MODEL
+    last_mode = None
+    in_recommendation_since = None
+    while time.monotonic() - started < seconds:
+        time.sleep(1.0)
+        mode = _read(model / "mode")
+        if mode != last_mode:
+            mode_changes.append((_tick(mountpoint), mode))
+            last_mode = mode
+        if mode == "recommendation":
+            in_recommendation_since = in_recommendation_since or time.monotonic()
+            if time.monotonic() - in_recommendation_since >= settle:
+                break
+        else:
+            in_recommendation_since = None
+        line = (f"\r  {time.monotonic() - started:5.0f} s  tick {_tick(mountpoint):>6}  "
+                f"mode {mode:<15} efficiency {_read(model / 'efficiency'):>6}  "
+                f"read_ahead_kb {_read(mountpoint / SUBSYSTEM / 'knobs/read_ahead_kb'):>5}")
+        print(line, end="", flush=True)
+    print()
+    return mode_changes
+
+
 def run_demo(seconds: float = 120.0, seed: int = 0, settle: float = 30.0,
              keep: str | None = None) -> int:
     from mlfs.trainers.worker import run_worker
 
-    if keep is not None:
-        try:
-            if any(Path(keep).iterdir()):
-                print(f"mlfs demo: --keep {keep}: not empty (give a new or empty directory)",
-                      file=sys.stderr)
-                return 2
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            print(f"mlfs demo: --keep {keep}: {exc.strerror or exc}", file=sys.stderr)
-            return 2
+    problem = _keep_problem(keep) if keep is not None else None
+    if problem:
+        print(f"mlfs demo: --keep {keep}: {problem}", file=sys.stderr)
+        return 2
     workdir = Path(tempfile.mkdtemp(prefix="mlfs-demo-"))
     mountpoint = workdir / "mnt"
     state_dir = Path(keep).resolve() if keep is not None else workdir / "state"
@@ -100,27 +133,7 @@ def run_demo(seconds: float = 120.0, seed: int = 0, settle: float = 30.0,
     mode_changes: list[tuple[str, str]] = []
     try:
         thread.start()
-        started = time.monotonic()
-        model = mountpoint / SUBSYSTEM / "models" / MODEL
-        last_mode = None
-        in_recommendation_since = None
-        while time.monotonic() - started < seconds:
-            time.sleep(1.0)
-            mode = _read(model / "mode")
-            if mode != last_mode:
-                mode_changes.append((_tick(mountpoint), mode))
-                last_mode = mode
-            if mode == "recommendation":
-                in_recommendation_since = in_recommendation_since or time.monotonic()
-                if time.monotonic() - in_recommendation_since >= settle:
-                    break
-            else:
-                in_recommendation_since = None
-            line = (f"\r  {time.monotonic() - started:5.0f} s  tick {_tick(mountpoint):>6}  "
-                    f"mode {mode:<15} efficiency {_read(model / 'efficiency'):>6}  "
-                    f"read_ahead_kb {_read(mountpoint / SUBSYSTEM / 'knobs/read_ahead_kb'):>5}")
-            print(line, end="", flush=True)
-        print()
+        mode_changes = _follow(mountpoint, seconds, settle)
     except KeyboardInterrupt:
         interrupted = True
         print("\nmlfs demo: interrupted; cleaning up")

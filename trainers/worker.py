@@ -296,10 +296,10 @@ class _Worker:
     def read_portion(self, path: Path) -> pa.Table | None:
         """A sealed portion, or None when it vanished or is malformed (logged).
 
-        Read by pyarrow from the path, as before `mlfs.client` existed: with
-        `client.read_portion` (one thread, the whole file in memory) pyarrow
-        aborted tests/core/test_trainer_worker.py twice in three runs on a loaded
-        machine, while LightGBM parsed a model in another thread (not pinned down).
+        Read by pyarrow from the path, not with `client.read_portion`: that one
+        suits small portions read by a short-lived client (one thread, the file's
+        bytes in memory); a trainer reads every dataset portion, which may be
+        hundreds of MiB, and would then hold the bytes and the table at once.
         """
         try:
             return pq.read_table(path)

@@ -167,14 +167,58 @@ def _drain(q: Any) -> list[Any]:
     return out
 
 
-def bench_concurrency(mount: BenchMount, model: Path, plan: Plan) -> Row:
-    """32 dataset readers + 8 event readers + 1 recommendation writer, all at once."""
-    import multiprocessing
+def _collect(load: Load, results: dict[int, dict[str, Any]], until: Callable[[int], bool],
+             seconds: float) -> int:
+    """Take the workers' messages until `until(ready count)` or `seconds` pass; results
+    go into `results`, the count of "ready" messages is returned."""
+    ready = 0
+    deadline = time.monotonic() + seconds
+    while not until(ready) and time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            kind, index, value = load.results.get(timeout=1)
+            if kind == "ready":
+                ready += 1
+            else:
+                results[index] = value
+    return ready
 
-    ctx = multiprocessing.get_context("spawn")  # no fork of a process with library threads
-    root = mount.mountpoint
-    n_procs, per_proc, n_events = 4, 8, 8
-    load = Load(ctx, n_procs * per_proc, n_events)
+
+class Samples:
+    """Per-second rates of the load and the daemon's memory while it runs."""
+
+    def __init__(self) -> None:
+        self.mb_per_s: list[float] = []
+        self.writes_per_s: list[float] = []
+        self.events_per_s: list[float] = []
+        self.rss: list[float] = []
+        self.anon: list[float] = []
+        self.last = (0, 0, 0)
+
+    def take(self, load: Load, mount: BenchMount) -> None:
+        now = (sum(load.bytes_read), load.writes_ok.value, sum(load.events_seen))
+        self.mb_per_s.append((now[0] - self.last[0]) / MB)
+        self.writes_per_s.append(float(now[1] - self.last[1]))
+        self.events_per_s.append(float(now[2] - self.last[2]))
+        self.last = now
+        with contextlib.suppress(OSError, KeyError):
+            memory = mount.memory_kb()
+            self.rss.append(memory["VmRSS"] / 1024)
+            self.anon.append(memory["RssAnon"] / 1024)
+
+
+def _lost(readers: list[dict[str, Any]], writes_ok: int) -> int:
+    """Events some reader missed: overflows, gaps on the global stream, accepted writes
+    not seen, a missing sentinel or lines out of order."""
+    lost = sum(r.get("overflow", 0) for r in readers)
+    lost += sum(r.get("gaps", 0) for r in readers if r.get("global_stream"))
+    lost += sum(abs(r.get("accepted", 0) - writes_ok) for r in readers)
+    lost += sum(1 for r in readers if not r.get("sentinel") or not r.get("ordered"))
+    return lost
+
+
+def _start_processes(ctx: Any, load: Load, root: Path, model: Path, n_procs: int,
+                     per_proc: int, n_events: int) -> tuple[list, list]:
+    """(event reader processes, dataset reader and writer processes), all started."""
     event_procs = []
     for i in range(n_events):
         on_global = i % 2 == 0
@@ -190,17 +234,23 @@ def bench_concurrency(mount: BenchMount, model: Path, plan: Plan) -> Row:
                                args=(load, str(model / "recommend"))))
     for p in workers:
         p.start()
+    return event_procs, workers
+
+
+def bench_concurrency(mount: BenchMount, model: Path, plan: Plan) -> Row:
+    """32 dataset readers + 8 event readers + 1 recommendation writer, all at once."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")  # no fork of a process with library threads
+    root = mount.mountpoint
+    n_procs, per_proc, n_events = 4, 8, 8
+    load = Load(ctx, n_procs * per_proc, n_events)
+    event_procs, workers = _start_processes(ctx, load, root, model, n_procs, per_proc,
+                                            n_events)
     # everyone imported, subscribed and waiting: then all start at once
     results: dict[int, dict[str, Any]] = {}
-    ready, expected = 0, n_events + len(workers)
-    deadline = time.monotonic() + 60
-    while ready < expected and time.monotonic() < deadline:
-        with contextlib.suppress(Exception):
-            kind, index, value = load.results.get(timeout=1)
-            if kind == "ready":
-                ready += 1
-            else:
-                results[index] = value
+    expected = n_events + len(workers)
+    ready = _collect(load, results, lambda ready: ready >= expected, 60)
     if ready < expected:
         load.stop.set()
         load.go.set()
@@ -210,20 +260,11 @@ def bench_concurrency(mount: BenchMount, model: Path, plan: Plan) -> Row:
     prober.start()
     cpu0 = mount.cpu_seconds()
     started = time.monotonic()
-    mb_per_s, writes_per_s, events_per_s, rss, anon = [], [], [], [], []
-    last = (0, 0, 0)
+    samples = Samples()
     wedged = False
     while time.monotonic() - started < plan.concurrency_seconds:
         time.sleep(1.0)
-        now = (sum(load.bytes_read), load.writes_ok.value, sum(load.events_seen))
-        mb_per_s.append((now[0] - last[0]) / MB)
-        writes_per_s.append(float(now[1] - last[1]))
-        events_per_s.append(float(now[2] - last[2]))
-        last = now
-        with contextlib.suppress(OSError, KeyError):
-            memory = mount.memory_kb()
-            rss.append(memory["VmRSS"] / 1024)
-            anon.append(memory["RssAnon"] / 1024)
+        samples.take(load, mount)
         if time.monotonic() - prober.last_ok > 10:
             wedged = True
             break
@@ -238,12 +279,7 @@ def bench_concurrency(mount: BenchMount, model: Path, plan: Plan) -> Row:
     sentinel = root / STEER / "models" / SENTINEL_MODEL
     if not wedged and not _run_with_timeout(lambda: os.mkdir(sentinel), 20):
         wedged = True
-    deadline = time.monotonic() + 20
-    while len(results) < n_events and time.monotonic() < deadline:
-        with contextlib.suppress(Exception):
-            kind, index, value = load.results.get(timeout=1)
-            if kind == "result":
-                results[index] = value
+    _collect(load, results, lambda _: len(results) >= n_events, 20)
     for p in event_procs:
         p.join(5)
     wedged = wedged or len(results) < n_events
@@ -260,11 +296,11 @@ def bench_concurrency(mount: BenchMount, model: Path, plan: Plan) -> Row:
         errors.append(f"probe: {prober.error}")
     writes_ok = load.writes_ok.value
     readers = [results.get(i, {}) for i in range(n_events)]
-    lost = sum(r.get("overflow", 0) for r in readers)
-    lost += sum(r.get("gaps", 0) for r in readers if r.get("global_stream"))
-    lost += sum(abs(r.get("accepted", 0) - writes_ok) for r in readers)
-    lost += sum(1 for r in readers if not r.get("sentinel") or not r.get("ordered"))
+    lost = _lost(readers, writes_ok)
     ok = not wedged and not errors and lost == 0
+    mb_per_s, writes_per_s, events_per_s = (samples.mb_per_s, samples.writes_per_s,
+                                            samples.events_per_s)
+    rss, anon = samples.rss, samples.anon
     probe = prober.latencies or [math.nan]
     files = sum(load.files_read)
     progress(f"concurrency: {statistics.median(mb_per_s):.0f} MB/s read, "

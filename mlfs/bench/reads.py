@@ -16,16 +16,10 @@ from .plan import BIG, MB, PORTION, MiB, Plan
 from .stats import Row, summarize
 
 
-def bench_reads(session: Session, plan: Plan, state_dir: Path, config: str,
-                extra: dict[str, Any]) -> tuple[list[Row], BenchMount]:
-    """First and repeated reads through new mounts, each paired with a warm state read."""
-    state_file = state_dir / BIG / "dataset" / PORTION
-    size = state_file.stat().st_size
-    buf = bytearray(MiB)
-    for _ in range(2):  # the reference is the state file *warm* in the page cache
-        read_whole(state_file, buf)
-    # a second, diagnostic reference: the same bytes on tmpfs (4 KiB pages, like the
-    # mount's page cache, where the state directory's filesystem may use large folios)
+def _tmpfs_copy(session: Session, state_file: Path, buf: bytearray) -> Path | None:
+    """A second, diagnostic reference: the same bytes on tmpfs (4 KiB pages, like the
+    mount's page cache, where the state directory's filesystem may use large folios),
+    read twice; None without a tmpfs or room on it."""
     shm = tmpfs_dir()
     shm_copy = session.scratch(shm) / PORTION if shm else None
     if shm_copy is not None:
@@ -37,6 +31,18 @@ def bench_reads(session: Session, plan: Plan, state_dir: Path, config: str,
             progress(f"reads: no tmpfs copy ({exc})")
             shm_copy.unlink(missing_ok=True)
             shm_copy = None
+    return shm_copy
+
+
+def bench_reads(session: Session, plan: Plan, state_dir: Path, config: str,
+                extra: dict[str, Any]) -> tuple[list[Row], BenchMount]:
+    """First and repeated reads through new mounts, each paired with a warm state read."""
+    state_file = state_dir / BIG / "dataset" / PORTION
+    size = state_file.stat().st_size
+    buf = bytearray(MiB)
+    for _ in range(2):  # the reference is the state file *warm* in the page cache
+        read_whole(state_file, buf)
+    shm_copy = _tmpfs_copy(session, state_file, buf)
     first, first_ref, first_ratio = [], [], []
     again, again_ref, again_ratio = [], [], []
     again_shm, again_shm_ratio = [], []

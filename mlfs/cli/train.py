@@ -36,17 +36,20 @@ def _missing_mountpoint(path: str) -> str | None:
     return None
 
 
+def model_name(text: str) -> str:
+    """--model: a model directory's name, as the mount accepts it (mlfs.abi.NAME)."""
+    from ..abi import NAME
+
+    if not NAME.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"{text!r}: use [a-z0-9][a-z0-9._-]{{0,63}}")
+    return text
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     """Run the trainer worker until SIGINT/SIGTERM (exit 0) or --max-seconds."""
     import logging
     import threading
 
-    from ..abi import NAME
-
-    if not NAME.fullmatch(args.model):
-        print(f"mlfs train: --model {args.model!r}: use [a-z0-9][a-z0-9._-]{{0,63}}",
-              file=sys.stderr)
-        return 2
     missing = _missing_mountpoint(args.mountpoint)
     if missing:
         # a typo, not a mount still coming up: waiting would look like success (exit 0)
@@ -91,7 +94,7 @@ def add_parser(sub) -> None:
     p = command(sub, "train", "run a LightGBM trainer worker against a subsystem", EXAMPLES)
     p.add_argument("mountpoint", help="the mountpoint (waited for while not yet mounted)")
     p.add_argument("subsystem", help="the subsystem to train for")
-    p.add_argument("--model", default="lgbm",
+    p.add_argument("--model", default="lgbm", type=model_name,
                    help="the model directory to create and start (default lgbm)")
     p.add_argument("--max-seconds", type=float, default=0.0, metavar="SECONDS",
                    help="stop after this many seconds (default 0: until interrupted)")

@@ -27,7 +27,7 @@ retried at once by cat, Python, grep, jq and bash's `read`, a busy loop that
 burns the reader's CPU and the daemon's; end of file tells the reader the
 stream ended when it did not.  With EAGAIN cat, jq and grep print "Resource
 temporarily unavailable" and exit, Python raises BlockingIOError, and a
-reader that polls first (trainers/worker.py, `EventStream` in the tests)
+reader that polls first (`mlfs.client.EventStream`: the trainer, `mlfs status`)
 never sees it: poll() holds no task, so polling readers are not limited.
 """
 

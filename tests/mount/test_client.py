@@ -47,6 +47,20 @@ def test_event_stream_wakes_on_poll_and_yields_whole_json_events(shared_mount, s
     assert events.fd == -1
 
 
+def test_a_blocking_event_stream_waits_in_read_and_yields_the_same_events(shared_mount,
+                                                                           shared_models):
+    """blocking=True: each read() is one blocking read(2) (FAST_CONFIG seals every
+    second, so the subsystem's stream is never silent for long)."""
+    with client.EventStream(shared_mount.sub / "events", blocking=True) as events:
+        shared_models("client-blocking")
+        seen: list[dict] = []
+        deadline = time.monotonic() + 20
+        while not any(e.get("model") == "client-blocking" for e in seen):
+            assert time.monotonic() < deadline, seen[-3:]
+            seen += events.read()
+        assert all("seq" in e and "event" in e for e in seen) and events.bad_lines == 0
+
+
 def test_event_stream_wait_for_answers_none_when_nothing_matches(shared_mount):
     with client.EventStream(shared_mount.mountpoint / "events") as events:
         started = time.monotonic()
