@@ -128,3 +128,15 @@ def test_mount_process_never_signals_a_process_that_reused_the_pid(tmp_path):
     finally:
         other.kill()
         other.wait()
+
+
+def test_a_mount_that_fails_raises_mount_failed_with_its_output_and_leaves_no_pid(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[mount]\nno_such_key = 1\n")
+    (tmp_path / "m").mkdir()
+    proc = client.MountProcess(tmp_path / "m", tmp_path / "state", bad, cwd=REPO)
+    with pytest.raises(client.MountFailed) as raised:
+        proc.start()
+    assert "no_such_key" in raised.value.output and str(bad) in raised.value.output
+    assert proc.pid is None and not proc.alive()
+    proc.stop()  # nothing to end: returns at once, the mountpoint is a plain directory
