@@ -30,6 +30,8 @@ import pyarrow.parquet as pq
 import pytest
 from mlfs.trainers.worker import run_worker
 
+from mlfs.core.errors import Refused
+from mlfs.core.verifier import verify
 from tests.harness import (
     COLUMNS,
     GRID,
@@ -163,9 +165,13 @@ class FakeMount:
         policy = model["dir"] / "policy"
         mtime = policy.stat().st_mtime
         if mtime != model["policy_mtime"] and policy.stat().st_size:
+            text = policy.read_text()
             try:
-                booster = lgb.Booster(model_str=policy.read_text())
-            except lgb.basic.LightGBMError:
+                # the real mount verifies before LightGBM sees a byte; so must this
+                # stand-in: a half-written policy can make LightGBM abort the process
+                verify(text)
+                booster = lgb.Booster(model_str=text)
+            except (Refused, lgb.basic.LightGBMError):
                 return True  # caught half-written: the mount sees it whole on close
             model["policy_mtime"] = mtime
             assert booster.feature_name() == COLUMNS
