@@ -32,8 +32,9 @@ MIB = 1 << 20
 STATUS_SECONDS = 1
 
 
-def job_file(phase: str) -> Path:
-    return WORKLOADS / f"{phase}.fio"
+def job_file(phase: str | Path) -> Path:
+    """A phase's job file: tests/bench/workloads/<phase>.fio, or a path to one."""
+    return Path(phase) if str(phase).endswith(".fio") else WORKLOADS / f"{phase}.fio"
 
 
 def _measured(job: dict) -> bool:
@@ -74,7 +75,7 @@ def summarize(report: dict) -> dict:
             "bytes": total, "seconds": longest / 1000, "jobs": jobs}
 
 
-def run_phase(phase: str, directory: Path, seconds: float) -> dict:
+def run_phase(phase: str | Path, directory: Path, seconds: float) -> dict:
     """Run one phase's job file for `seconds`; summarize() of its report."""
     env = {**os.environ, "DIR": str(directory), "RUNTIME": str(max(1, round(seconds)))}
     done = subprocess.run(["fio", "--output-format=json", str(job_file(phase))], env=env,
@@ -93,7 +94,7 @@ class FioStream:
     throughput over that second.  The last report is the phase's summary.
     """
 
-    def __init__(self, phase: str, directory: Path, seconds: float,
+    def __init__(self, phase: str | Path, directory: Path, seconds: float,
                  on_rate: Callable[[float], None] | None = None) -> None:
         env = {**os.environ, "DIR": str(directory), "RUNTIME": str(max(1, round(seconds)))}
         self.on_rate = on_rate
@@ -102,7 +103,7 @@ class FioStream:
             ["fio", "--output-format=json", f"--status-interval={STATUS_SECONDS}",
              str(job_file(phase))], env=env, stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL, text=True)
-        self.reader = threading.Thread(target=self._read, daemon=True, name=f"fio-{phase}")
+        self.reader = threading.Thread(target=self._read, daemon=True, name="fio")
         self.reader.start()
 
     def _read(self) -> None:

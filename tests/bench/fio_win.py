@@ -426,7 +426,8 @@ def main(candidate: str, argv: list[str] | None = None) -> int:
     parser.add_argument("--train-seconds", type=float, default=600.0)
     parser.add_argument("--train-phase", type=float, default=5.0,
                         help="a phase visit while training")
-    parser.add_argument("--explore-ticks", type=int, default=2)
+    parser.add_argument("--explore-ticks", type=int, default=5,
+                        help="ticks each exploration lasts (writeback acts over seconds)")
     parser.add_argument("--learning-share", type=float, default=0.8)
     parser.add_argument("--image-mib", type=int, default=12288)
     parser.add_argument("--seed", type=int, default=0)
