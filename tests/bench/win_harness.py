@@ -230,22 +230,6 @@ def summarize(runs: list[dict], phases: Iterable[str]) -> dict[str, tuple[float,
     return out
 
 
-def ratios(results: dict[str, list[dict]], phases: Sequence[str]) -> dict[str, dict]:
-    """Per condition and key: the run-by-run ratio to the default's same run,
-    median [min, max] (runs are paired: the same cycles, interleaved)."""
-    names = list(results)
-    base = results[names[0]]
-    out: dict[str, dict] = {}
-    for name in names[1:]:
-        out[name] = {}
-        for key in (*phases, "overall"):
-            r = [run["mib_per_s"][key] / b["mib_per_s"][key]
-                 for run, b in zip(results[name], base, strict=False) if b["mib_per_s"][key]]
-            if r:
-                out[name][key] = (statistics.median(r), min(r), max(r))
-    return out
-
-
 def table(results: dict[str, list[dict]], phases: Sequence[str],
           unit: str = "application MiB/s") -> str:
     summaries = {name: summarize(runs, phases) for name, runs in results.items() if runs}
