@@ -60,7 +60,9 @@ fast phase's bytes would swamp the others).  A visit is cut at `--cap` x
    - ``mlfs``: the model pinned in ``recommendation``, its policy deciding
      every tick.
 
-`--repeats` runs of `--cycles` cycles give the spread.
+`--repeats` runs of `--cycles` cycles give the spread.  The protocol's pieces
+(cgroup, training online, the conditions, interleaving, the table) are
+tests/bench/win_harness.py's, shared with the fio experiments (fio_win.py).
 
 Output: application MiB/s per phase and overall, median and [min, max] over
 the runs, the ratio to the default, and for mlfs the read_ahead_kb it chose
