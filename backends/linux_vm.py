@@ -8,7 +8,12 @@ applied; rates are per second):
   ``pgscan_direct_per_s``, ``pgsteal_per_s``, ``allocstall_per_s``,
   ``refault_anon_per_s``, ``refault_file_per_s`` (workingset refaults: pages
   evicted too early, what swappiness and vfs_cache_pressure trade),
-  ``dirtied_mb_per_s`` and ``written_mb_per_s`` (nr_dirtied / nr_written);
+  ``dirtied_mb_per_s`` and ``written_mb_per_s`` (nr_dirtied / nr_written:
+  pages dirtied in, and written back from, the page cache),
+  ``block_read_mb_per_s`` and ``block_write_mb_per_s`` (pgpgin / pgpgout:
+  what all block devices read and wrote, O_DIRECT included, so a phase of
+  uncached reads is told apart from one of writes whatever the dirty
+  settings);
 - gauges: ``dirty_mb``, ``writeback_mb`` (/proc/meminfo Dirty, Writeback),
   ``dirty_threshold_mb`` (vmstat nr_dirty_threshold: what dirty_ratio
   means in bytes right now), ``mem_available_frac`` (MemAvailable /
@@ -21,7 +26,10 @@ applied; rates are per second):
 MB are 10^6 bytes.  A counter missing on this kernel reads 0.
 
 Knobs (the vm.* sysctls): ``swappiness`` (0-200), ``dirty_ratio`` (1-100),
-``dirty_background_ratio`` (1-100), ``vfs_cache_pressure`` (1-1000).  Writing
+``dirty_background_ratio`` (1-100), ``vfs_cache_pressure`` (1-1000),
+``dirty_expire_centisecs`` (10-360000: how old dirty data must be before the
+flusher writes it) and ``dirty_writeback_centisecs`` (10-360000: how often the
+flusher wakes; the kernel's 0, "never", is outside mlfs's bounds).  Writing
 a ratio makes the kernel zero its ``*_bytes`` twin; if the system was using
 the bytes form, the original recorded and restored is the bytes form.
 
@@ -102,6 +110,13 @@ SPECS: dict[str, KnobSpec] = {
                                        settle_ticks=5),
     "vfs_cache_pressure": KnobSpec("vfs_cache_pressure", SYSCTL / "vfs_cache_pressure",
                                    lo=1, hi=1000),
+    # 0 would mean "never" for the flusher's wake-up: the bounds keep writeback running
+    "dirty_expire_centisecs": KnobSpec("dirty_expire_centisecs",
+                                       SYSCTL / "dirty_expire_centisecs", lo=10, hi=360000,
+                                       unit="cs"),
+    "dirty_writeback_centisecs": KnobSpec("dirty_writeback_centisecs",
+                                          SYSCTL / "dirty_writeback_centisecs", lo=10,
+                                          hi=360000, unit="cs"),
 }
 
 #: feature <- vmstat counter(s), as per-second rates
@@ -124,6 +139,8 @@ FEATURES: dict[str, str] = {
     **{name: "float64" for name in _VMSTAT_RATES},
     "dirtied_mb_per_s": "float64",
     "written_mb_per_s": "float64",
+    "block_read_mb_per_s": "float64",
+    "block_write_mb_per_s": "float64",
     "dirty_mb": "float64",
     "writeback_mb": "float64",
     "dirty_threshold_mb": "float64",
@@ -154,6 +171,7 @@ class LinuxVM(LinuxSubsystem):
     UNITS = {
         **{name: "1/s" for name in _VMSTAT_RATES},
         "dirtied_mb_per_s": "MB/s", "written_mb_per_s": "MB/s", "dirty_mb": "MB",
+        "block_read_mb_per_s": "MB/s", "block_write_mb_per_s": "MB/s",
         "writeback_mb": "MB", "dirty_threshold_mb": "MB",
         **{f"psi_{r}_{k}_avg10": "%" for r in PSI_RESOURCES for k in ("some", "full")},
         **{f"psi_{r}_{k}_stall_us_per_s": "us/s" for r in PSI_RESOURCES
@@ -192,6 +210,9 @@ class LinuxVM(LinuxSubsystem):
         mb = PAGE_BYTES / 1e6
         out["dirtied_mb_per_s"] = rate(v0, v1, "nr_dirtied", seconds) * mb
         out["written_mb_per_s"] = rate(v0, v1, "nr_written", seconds) * mb
+        # pgpgin/pgpgout count KiB of bios submitted (every block device)
+        out["block_read_mb_per_s"] = rate(v0, v1, "pgpgin", seconds) * 1024 / 1e6
+        out["block_write_mb_per_s"] = rate(v0, v1, "pgpgout", seconds) * 1024 / 1e6
         out["dirty_mb"] = mem.get("Dirty", 0) * 1024 / 1e6
         out["writeback_mb"] = mem.get("Writeback", 0) * 1024 / 1e6
         out["dirty_threshold_mb"] = v1.get("nr_dirty_threshold", 0) * mb

@@ -60,7 +60,9 @@ fast phase's bytes would swamp the others).  A visit is cut at `--cap` x
    - ``mlfs``: the model pinned in ``recommendation``, its policy deciding
      every tick.
 
-`--repeats` runs of `--cycles` cycles give the spread.
+`--repeats` runs of `--cycles` cycles give the spread.  The protocol's pieces
+(cgroup, training online, the conditions, interleaving, the table) are
+tests/bench/win_harness.py's, shared with the fio experiments (fio_win.py).
 
 Output: application MiB/s per phase and overall, median and [min, max] over
 the runs, the ratio to the default, and for mlfs the read_ahead_kb it chose
@@ -83,7 +85,6 @@ import mmap
 import os
 import random
 import signal
-import statistics
 import subprocess
 import sys
 import threading
@@ -96,6 +97,18 @@ from pathlib import Path
 from mlfs.backends.blktrace import tracer_unavailable
 
 from tests.bench.readahead_experiment import MIB, drop_cache, make_file, scratch_filesystem
+from tests.bench.win_harness import (
+    CONDITIONS,
+    ModelSwitch,
+    fmt,
+    interleave,
+    memory_cgroup,
+    rates,
+    table,
+    train_online,
+    wait_for,
+    write_attr,
+)
 from tests.conftest import Mount, fuse_unavailable
 
 PHASES = ("sequential", "random", "mmap")
@@ -128,54 +141,6 @@ goal = "max"
 apply = {{read_ahead_kb = [0, 4096]}}
 tracepoints = true
 """
-
-
-# ---- the memory cgroup the workload runs in ----------------------------------------------
-@contextmanager
-def memory_cgroup(limit_bytes: int) -> Iterator[Path]:
-    """A child memory cgroup of this process's own, limited to `limit_bytes`.
-
-    Yields its ``cgroup.procs`` (a process joins by writing its pid there).
-    The page cache a process fills is charged to its cgroup, so the limit
-    bounds how much of the file the workload can keep cached: a file larger
-    than the limit stays mostly uncached, as a data set larger than RAM does.
-    cgroup v1 (memory.limit_in_bytes) and v2 (memory.max) are both handled.
-    """
-    base = None
-    for line in Path("/proc/self/cgroup").read_text().splitlines():
-        _, controllers, path = line.split(":", 2)
-        if "memory" in controllers.split(","):
-            base = Path("/sys/fs/cgroup/memory") / path.lstrip("/")
-            limit_file = "memory.limit_in_bytes"
-            break
-    if base is None:  # cgroup v2: the unified hierarchy
-        path = next(ln.split(":", 2)[2] for ln in Path("/proc/self/cgroup").read_text().splitlines()
-                    if ln.startswith("0::"))
-        for mount in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified"):
-            if (Path(mount) / "cgroup.controllers").exists():
-                base, limit_file = Path(mount) / path.lstrip("/"), "memory.max"
-                break
-    if base is None or not base.is_dir():
-        raise RuntimeError("no memory cgroup to create a child in")
-    group = base / f"mlfs-readahead-{os.getpid()}"
-    group.mkdir()
-    try:
-        try:
-            (group / limit_file).write_text(f"{limit_bytes}\n")
-        except OSError as exc:
-            raise RuntimeError(f"cannot limit memory in {group}: {exc}") from None
-        yield group / "cgroup.procs"
-    finally:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                group.rmdir()
-                break
-            except OSError:  # its last process is still exiting
-                if time.monotonic() > deadline:
-                    print(f"could not remove {group}", file=sys.stderr)
-                    break
-                time.sleep(0.05)
 
 
 # ---- the workload (in a child process, inside the memory cgroup) --------------------------
@@ -414,70 +379,12 @@ def get_read_ahead(device: str) -> int:
     return int(Path(f"/sys/block/{device}/queue/read_ahead_kb").read_text())
 
 
-# ---- reporting -----------------------------------------------------------------------
-def summarize(runs: list[dict]) -> dict[str, tuple[float, float, float]]:
-    out = {}
-    for key in (*PHASES, "overall"):
-        values = [r["mib_per_s"][key] for r in runs]
-        out[key] = ((statistics.median(values), min(values), max(values)) if values
-                    else (0.0, 0.0, 0.0))
-    return out
-
-
-def table(results: dict[str, list[dict]]) -> str:
-    summaries = {name: summarize(runs) for name, runs in results.items() if runs}
-    base = next(iter(summaries.values()), None)  # the first condition: the default
-    head = f"{'condition':22s}" + "".join(f"{k:>28s}" for k in (*PHASES, "overall"))
-    lines = [head, "-" * len(head)]
-    for name, summary in summaries.items():
-        cells = []
-        for key in (*PHASES, "overall"):
-            med, lo, hi = summary[key]
-            ratio = f" x{med / base[key][0]:.2f}" if base and base[key][0] > 0 else ""
-            cells.append(f"{med:7.1f} [{lo:6.1f},{hi:6.1f}]{ratio}")
-        lines.append(f"{name:22s}" + "".join(f"{c:>28s}" for c in cells))
-    lines.append("(application MiB/s: median [min, max] over runs; xN = median / default)")
-    return "\n".join(lines)
-
-
 # ---- the experiment ---------------------------------------------------------------------
-def write_attr(path: Path, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)
-
-
-def wait_read_ahead(device: str, value: int, timeout: float = 3.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if get_read_ahead(device) == value:
-            return True
-        time.sleep(0.01)
-    return False
-
-
-CONDITIONS = ("default", "best static", "mlfs")
-
-
 def run_mlfs(args: argparse.Namespace, work: WorkloadProcess, device: str, root: Path,
              default: int, best: int, budgets: dict[str, int],
              log: logging.Logger) -> tuple[dict, dict]:
-    """Train, then measure default / best static / mlfs interleaved in the same mount.
-
-    Each cycle runs every phase under one condition, then under the next (the
-    order rotating per cycle), so slow drifts of the shared VM hit all three
-    alike, every visit follows a different phase (the policy's first tick of
-    a visit decides from the previous phase's features, as it would in use),
-    and the daemon's own overhead (ticks, FUSE, the objective writes) is in
-    every condition.  Best static is a recommendation without ttl from the
-    same model proxy (pinned recommendation mode, no probe ticks), default is
-    the model pinned in emergency (the default algorithm), mlfs is the model
-    pinned in recommendation with its policy deciding every tick.
-    """
-    from mlfs.trainers.worker import run_worker
-
+    """Train, then measure default / best static / mlfs interleaved in the same mount
+    (win_harness: `train_online`, `ModelSwitch`, `interleave`)."""
     info: dict = {}
     runs: dict[str, list[dict]] = {c: [] for c in CONDITIONS}
     mount = Mount(root, CONFIG.format(share=args.learning_share, device=device,
@@ -488,70 +395,31 @@ def run_mlfs(args: argparse.Namespace, work: WorkloadProcess, device: str, root:
         sub = mount.mountpoint / sub_name
         work.objective(sub / "objective", window=0.8 * args.tick)  # the measure window
         mdir = sub / "models" / MODEL
-        os.mkdir(mdir)
-        write_attr(mdir / "mode", "learning\n")  # pinned: keep exploring while training
-        stop = threading.Event()
-        stats: dict = {}
-
-        def train() -> None:
-            stats.update(run_worker(str(mount.mountpoint), sub_name, MODEL, stop=stop,
-                                    max_seconds=args.train_seconds + 60, log=log,
-                                    learning_ttl=args.explore_ticks, relative=True,
-                                    seed=args.seed))
-
-        trainer = threading.Thread(target=train, name="trainer", daemon=True)
-        trainer.start()
         print(f"mlfs: training {args.train_seconds:.0f} s (tick {args.tick} s, learning "
               f"share {args.learning_share}, {args.explore_ticks} ticks per exploration)",
               flush=True)
-        started = time.monotonic()
-        while time.monotonic() - started < args.train_seconds:
-            run_cycles(work, 1, args.train_phase, None, "train")
-        stop.set()
-        trainer.join(timeout=60)
+        info = train_online(mount.mountpoint, sub_name, MODEL,
+                            lambda: run_cycles(work, 1, args.train_phase, None, "train"),
+                            args.train_seconds, explore_ticks=args.explore_ticks,
+                            seed=args.seed, log=log)
         policy = (mdir / "policy").read_text()
         trained_efficiency = (mdir / "efficiency").read_text().strip()  # the proxy's estimate
         write_attr(mdir / "mode", "recommendation\n")
-        info = {
-            "efficiency_after_training": trained_efficiency,
-            "train_seconds": round(time.monotonic() - started, 1),
-            "trainer": {k: stats.get(k) for k in ("fits", "corrections", "policies",
-                                                   "recommendations", "explorations",
-                                                   "rows", "val_mae", "val_mae_naive")},
-            "policy_bytes": len(policy),
-            "explored": {label.split("/")[1]: dict(sorted(tally.items()))
-                         for label, tally in work.knobs().items()},
-        }
+        info["explored"] = {label.split("/")[1]: dict(sorted(tally.items()))
+                            for label, tally in work.knobs().items()}
+        info["efficiency_after_training"] = trained_efficiency
         print(f"mlfs: trained: {json.dumps(info)}", flush=True)
         if not policy:
             print("mlfs: no policy was uploaded: mlfs = the default algorithm", flush=True)
 
-        def switch(condition: str) -> None:
-            if condition == "best static":
-                write_attr(mdir / "mode", "recommendation\n")
-                write_attr(mdir / "recommend", f"read_ahead_kb={best}\n")
-                wait_read_ahead(device, best)
-            elif condition == "default":
-                # supersede the static one; it expires during this visit
-                write_attr(mdir / "recommend", f"read_ahead_kb={default} ttl=1\n")
-                write_attr(mdir / "mode", "emergency\n")
-                wait_read_ahead(device, default)
-            else:  # the policy decides, once a best-static recommendation is superseded
-                write_attr(mdir / "mode", "recommendation\n")
-                write_attr(mdir / "recommend", f"read_ahead_kb={best} ttl=1\n")
-                time.sleep(3 * args.tick)  # the ttl=1 recommendation runs out
+        def settled(condition: str) -> None:
+            wait_for(lambda: get_read_ahead(device) == (best if condition == "best static"
+                                                        else default))
 
-        for rep in range(args.repeats):
-            acc = {c: {p: [0, 0.0] for p in PHASES} for c in CONDITIONS}
-            for cycle in range(args.cycles):
-                shift = (rep * args.cycles + cycle) % len(CONDITIONS)
-                for condition in CONDITIONS[shift:] + CONDITIONS[:shift]:
-                    switch(condition)
-                    got = run_cycles(work, 1, args.phase_seconds * args.cap, budgets,
-                                     condition)
-                    for phase, (done, secs) in got.items():
-                        acc[condition][phase][0] += done
-                        acc[condition][phase][1] += secs
+        switch = ModelSwitch(mdir, f"read_ahead_kb={default}", f"read_ahead_kb={best}",
+                             args.tick, settled)
+
+        def after_run(rep: int, acc: dict) -> None:
             tallies = work.knobs()
             for condition in CONDITIONS:
                 run = rates(acc[condition])
@@ -560,6 +428,10 @@ def run_mlfs(args: argparse.Namespace, work: WorkloadProcess, device: str, root:
                 runs[condition].append(run)
                 print(f"  {condition:12s} run {rep + 1}: {fmt(run)}  "
                       f"read_ahead_kb {run['knobs']}", flush=True)
+
+        interleave(args.repeats, args.cycles, switch,
+                   lambda c: run_cycles(work, 1, args.phase_seconds * args.cap, budgets, c),
+                   PHASES, after_run)
         info["objective_write_errors"] = work.objective(None)
         info["efficiency"] = (mdir / "efficiency").read_text().strip()
     finally:
@@ -569,17 +441,6 @@ def run_mlfs(args: argparse.Namespace, work: WorkloadProcess, device: str, root:
                 print(f"mlfs umount: {done.stdout}{done.stderr}", file=sys.stderr)
             mount.kill()
     return runs, info
-
-
-def rates(acc: dict[str, list]) -> dict:
-    total = (sum(b for b, _ in acc.values()), sum(s for _, s in acc.values()))
-    mib = {p: b / MIB / s if s else 0.0 for p, (b, s) in acc.items()}
-    mib["overall"] = total[0] / MIB / total[1] if total[1] else 0.0
-    return {"mib_per_s": mib, "seconds": total[1]}
-
-
-def fmt(run: dict) -> str:
-    return " ".join(f"{k} {v:7.1f}" for k, v in run["mib_per_s"].items())
 
 
 def experiment(args: argparse.Namespace) -> int:
@@ -654,7 +515,7 @@ def experiment(args: argparse.Namespace) -> int:
                f"best static ({best})": runs.get("best static", []),
                "mlfs": runs.get("mlfs", [])}
     print()
-    print(table(results))
+    print(table(results, PHASES))
     chosen: Counter = Counter()
     for run in results["mlfs"]:
         for phase, knobs in run["knobs"].items():

@@ -22,6 +22,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,7 +38,8 @@ from mlfs.abi import Subsystem
 REPO = Path(__file__).resolve().parents[2]
 VM = Path("/proc/sys/vm")
 VM_FILES = ("swappiness", "dirty_ratio", "dirty_background_ratio", "vfs_cache_pressure",
-            "dirty_bytes", "dirty_background_bytes")
+            "dirty_bytes", "dirty_background_bytes", "dirty_expire_centisecs",
+            "dirty_writeback_centisecs")
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="writing sysctls/sysfs needs root")
 
@@ -79,7 +81,8 @@ def vm_guard() -> Iterator[dict[str, str]]:
                 write(VM / size, before[size])
             else:
                 write(VM / ratio, before[ratio])
-        for name in ("swappiness", "vfs_cache_pressure"):
+        for name in ("swappiness", "vfs_cache_pressure", "dirty_expire_centisecs",
+                     "dirty_writeback_centisecs"):
             write(VM / name, before[name])
         pytest.fail(f"vm sysctls not restored: before {before}, after {after}")
 
@@ -115,7 +118,8 @@ def test_vm_declares_the_interface_and_samples_finite_features(tmp_path: Path) -
         assert isinstance(vm, Subsystem) and vm.blocking is True
         assert vm.name == "linux.vm" and vm.backend == "linux.vm"
         assert list(vm.knobs) == ["swappiness", "dirty_ratio", "dirty_background_ratio",
-                                  "vfs_cache_pressure"]
+                                  "vfs_cache_pressure", "dirty_expire_centisecs",
+                                  "dirty_writeback_centisecs"]
         assert (vm.objective.name, vm.objective.unit, vm.objective.goal) == (
             "psi_memory_some_stall_us_per_s", "us/s", "min")
         assert "observe-only" in vm.description
@@ -300,6 +304,48 @@ def test_vm_sysctl_is_written_and_restored(tmp_path: Path, vm_guard: dict) -> No
         vm.close()
     assert read(VM / "swappiness") == str(original)
     assert ledger_entries(tmp_path) == []
+
+
+def test_vm_block_io_features_count_direct_reads_that_bypass_the_page_cache(
+        loop: str, tmp_path: Path) -> None:
+    # O_DIRECT reads never touch the page cache (dirtied/written stay put) but
+    # are block I/O: the feature that tells a phase of uncached reads apart
+    vm = LinuxVM(measure_seconds=0, critical_full_avg10=100.0, state_dir=tmp_path)
+    try:
+        vm.step(vm.default_knobs(None))
+        started = time.monotonic()
+        subprocess.run(["dd", f"if=/dev/{loop}", "of=/dev/null", "bs=1M", "count=32",
+                        "iflag=direct", "status=none"], check=True)
+        sample = vm.step(vm.default_knobs(None))
+        elapsed = time.monotonic() - started
+        # at least the 32 MiB dd read, as a rate over at most the time since the last step
+        assert sample.features["block_read_mb_per_s"] >= 32 * 1.048576 / (elapsed + 0.5)
+        assert sample.features["block_write_mb_per_s"] >= 0
+    finally:
+        vm.close()
+
+
+def test_writeback_timers_are_written_within_bounds_and_restored(
+        tmp_path: Path, vm_guard: dict) -> None:
+    expire = int(vm_guard["dirty_expire_centisecs"])
+    target = 1500 if expire != 1500 else 1600
+    vm = LinuxVM(measure_seconds=0, state_dir=tmp_path, critical_full_avg10=100.0,
+                 apply={"dirty_expire_centisecs": [100, 12000],
+                        "dirty_writeback_centisecs": [50, 3000]})
+    try:
+        knobs = vm.default_knobs(None)
+        assert vm.step({**knobs, "dirty_expire_centisecs": target}).extra == {}
+        assert read(VM / "dirty_expire_centisecs") == str(target)
+        # 0 ("never wake the flusher") is outside the configured bounds: refused, not written
+        refused = vm.step({**knobs, "dirty_writeback_centisecs": 0}).extra
+        assert "dirty_writeback_centisecs" in refused["refused"]
+        assert read(VM / "dirty_writeback_centisecs") == vm_guard["dirty_writeback_centisecs"]
+    finally:
+        vm.close()
+    assert read(VM / "dirty_expire_centisecs") == str(expire)
+    assert ledger_entries(tmp_path) == []
+    with pytest.raises(ValueError, match="dirty_writeback_centisecs"):
+        LinuxVM(apply={"dirty_writeback_centisecs": [0, 100]}, state_dir=tmp_path)
 
 
 def test_dirty_ratio_restores_the_bytes_form_when_that_was_in_use(

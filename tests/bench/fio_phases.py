@@ -1,0 +1,140 @@
+"""Phases of a workload as standard tools run them: fio job files, read back from fio's JSON.
+
+The job files are in tests/bench/workloads/ (``${DIR}`` and ``${RUNTIME}``
+come from the environment).  A phase's figure is the application's own:
+fio's ``io_bytes`` (reads + writes) over fio's ``job_runtime`` of the jobs
+that are the application, summed; jobs named ``bg-*`` are load beside it
+(a backup streaming at a fixed rate) and are not counted.  A job with
+``end_fsync=1`` counts the final fsync in its runtime, so bytes parked in the
+page cache are not counted as written before they are on the device — the
+kernel's own counters (dirtied, written) would count them, or count
+writeback of earlier phases, which is why they are not the objective.
+
+`FioStream` runs a phase with ``--status-interval=1`` and turns fio's
+periodic JSON (cumulative ``io_bytes`` per job) into the application's MiB/s
+over each second, which is what an operator's glue writes to an mlfs
+subsystem's ``objective``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+WORKLOADS = Path(__file__).resolve().parent / "workloads"
+MIB = 1 << 20
+#: fio's minimum status interval is one second
+STATUS_SECONDS = 1
+
+
+def job_file(phase: str | Path) -> Path:
+    """A phase's job file: tests/bench/workloads/<phase>.fio, or a path to one."""
+    return Path(phase) if str(phase).endswith(".fio") else WORKLOADS / f"{phase}.fio"
+
+
+def _measured(job: dict) -> bool:
+    return not job["jobname"].startswith("bg-")
+
+
+def _job_bytes(job: dict) -> int:
+    return sum(job[d]["io_bytes"] for d in ("read", "write", "trim") if d in job)
+
+
+def summarize(report: dict) -> dict:
+    """{mib_per_s, bytes, seconds, jobs: {name: {mib_per_s, runtime_ms, *_p99_ms}}} of
+    one fio JSON report (bytes and seconds: the measured jobs', seconds the longest)."""
+    jobs: dict[str, dict] = {}
+    total, longest = 0, 0
+    for job in report["jobs"]:
+        name = job["jobname"]
+        runtime = max(1, int(job.get("job_runtime", 0)))
+        done = _job_bytes(job)
+        row = {"mib_per_s": done / MIB / (runtime / 1000), "runtime_ms": runtime}
+        sync = job.get("sync", {}).get("lat_ns", {}).get("percentile")
+        if sync:
+            row["fsync_p99_ms"] = sync.get("99.000000", 0) / 1e6
+        for d in ("read", "write"):
+            pct = job.get(d, {}).get("clat_ns", {}).get("percentile")
+            if pct and job[d]["io_bytes"]:
+                row[f"{d}_p99_ms"] = pct.get("99.000000", 0) / 1e6
+        key = name
+        n = 1
+        while key in jobs:  # numjobs > 1: the same name several times
+            n += 1
+            key = f"{name}.{n}"
+        jobs[key] = row
+        if _measured(job):
+            total += done
+            longest = max(longest, runtime)
+    return {"mib_per_s": total / MIB / (longest / 1000) if longest else 0.0,
+            "bytes": total, "seconds": longest / 1000, "jobs": jobs}
+
+
+def run_phase(phase: str | Path, directory: Path, seconds: float) -> dict:
+    """Run one phase's job file for `seconds`; summarize() of its report."""
+    env = {**os.environ, "DIR": str(directory), "RUNTIME": str(max(1, round(seconds)))}
+    done = subprocess.run(["fio", "--output-format=json", str(job_file(phase))], env=env,
+                          capture_output=True, text=True, timeout=seconds * 10 + 120)
+    if done.returncode != 0:
+        raise RuntimeError(f"fio {phase}: {done.stderr.strip()[-500:]}")
+    return summarize(json.loads(done.stdout[done.stdout.index("{"):]))
+
+
+class FioStream:
+    """One phase run with fio's periodic status; `on_rate(mib_per_s)` each second.
+
+    fio prints a complete JSON report every ``--status-interval`` (cumulative
+    io_bytes per job); the difference of the measured jobs' bytes between two
+    reports over the difference of their timestamps is the application's
+    throughput over that second.  The last report is the phase's summary.
+    """
+
+    def __init__(self, phase: str | Path, directory: Path, seconds: float,
+                 on_rate: Callable[[float], None] | None = None) -> None:
+        env = {**os.environ, "DIR": str(directory), "RUNTIME": str(max(1, round(seconds)))}
+        self.on_rate = on_rate
+        self.last: dict | None = None
+        self.proc = subprocess.Popen(
+            ["fio", "--output-format=json", f"--status-interval={STATUS_SECONDS}",
+             str(job_file(phase))], env=env, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, text=True)
+        self.reader = threading.Thread(target=self._read, daemon=True, name="fio")
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        buf: list[str] = []
+        prev: tuple[float, int] | None = None
+        for line in self.proc.stdout:
+            if line.startswith("{") and buf:
+                buf = []
+            buf.append(line)
+            if line.rstrip() != "}":
+                continue
+            try:
+                report = json.loads("".join(buf))
+            except ValueError:
+                continue  # a nested closing brace: the report goes on
+            buf = []
+            self.last = report
+            now = report.get("timestamp_ms", time.time() * 1000) / 1000
+            done = sum(_job_bytes(j) for j in report["jobs"] if _measured(j))
+            if prev is not None and now > prev[0] and self.on_rate is not None:
+                self.on_rate((done - prev[1]) / MIB / (now - prev[0]))
+            prev = (now, done)
+
+    def wait(self, timeout: float) -> dict:
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()  # by its pid
+            self.proc.wait()
+        self.reader.join(timeout=10)
+        if self.last is None:
+            raise RuntimeError("fio printed no report")
+        return summarize(self.last)

@@ -1,0 +1,247 @@
+"""What every "does mlfs beat a static value on a real subsystem" experiment shares.
+
+Extracted from tests/bench/readahead_win.py so that each experiment (the
+readahead one, the block-queue one, ...) states only its workload, its knob
+and its configuration, and all run the same protocol:
+
+1. **Training online**: the model pinned in ``learning`` mode while the
+   workload's phases cycle, `trainers.worker.run_worker` (LightGBM) in a
+   thread fitting and uploading policies (`train_online`).
+2. **Interleaved evaluation in one mount** (`interleave`): each cycle runs
+   every phase under one condition, then under the next, the order of the
+   conditions rotating per cycle, so the shared machine's drifts hit all
+   alike, every visit follows a different phase (the policy's first tick of
+   a visit decides on the previous phase's features, as in real use), and
+   the daemon's overhead is in every condition.  The conditions
+   (`ModelSwitch`):
+
+   - ``default``: the model pinned in ``emergency``: the default algorithm,
+     the values in place when mlfs started;
+   - ``best static``: the model pinned in ``recommendation`` (no probe
+     ticks) with a recommendation without ttl: the sweep's best value;
+   - ``mlfs``: pinned in ``recommendation``, its policy deciding every tick.
+
+3. **Reporting**: per phase and overall, work over time (`rates`): a visit
+   does fixed work, so "overall" is the job's time, and the median
+   [min, max] over runs with the ratio to the default (`table`).
+
+Plus the set-up pieces: a child memory cgroup (`memory_cgroup`), sysfs
+writes with a single write(2) (`write_attr`).  Restoring the knobs is the
+backends' ledger's job (the daemon restores on unmount); each experiment
+checks the knobs are back to their originals at the end.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+MIB = 1 << 20
+CONDITIONS = ("default", "best static", "mlfs")
+
+#: {phase: [work, seconds]} of one condition over a run
+Acc = dict[str, list]
+
+
+# ---- the memory cgroup the workload runs in ----------------------------------------------
+@contextmanager
+def memory_cgroup(limit_bytes: int, prefix: str = "mlfs-readahead") -> Iterator[Path]:
+    """A child memory cgroup of this process's own, limited to `limit_bytes`.
+
+    Yields its ``cgroup.procs`` (a process joins by writing its pid there).
+    The page cache a process fills is charged to its cgroup, so the limit
+    bounds how much of the file the workload can keep cached: a file larger
+    than the limit stays mostly uncached, as a data set larger than RAM does.
+    cgroup v1 (memory.limit_in_bytes) and v2 (memory.max) are both handled.
+    """
+    base = None
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            base = Path("/sys/fs/cgroup/memory") / path.lstrip("/")
+            limit_file = "memory.limit_in_bytes"
+            break
+    if base is None:  # cgroup v2: the unified hierarchy
+        path = next(ln.split(":", 2)[2] for ln in Path("/proc/self/cgroup").read_text().splitlines()
+                    if ln.startswith("0::"))
+        for mount in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified"):
+            if (Path(mount) / "cgroup.controllers").exists():
+                base, limit_file = Path(mount) / path.lstrip("/"), "memory.max"
+                break
+    if base is None or not base.is_dir():
+        raise RuntimeError("no memory cgroup to create a child in")
+    group = base / f"{prefix}-{os.getpid()}"
+    group.mkdir()
+    try:
+        try:
+            (group / limit_file).write_text(f"{limit_bytes}\n")
+        except OSError as exc:
+            raise RuntimeError(f"cannot limit memory in {group}: {exc}") from None
+        yield group / "cgroup.procs"
+    finally:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                group.rmdir()
+                break
+            except OSError:  # its last process is still exiting
+                if time.monotonic() > deadline:
+                    print(f"could not remove {group}", file=sys.stderr)
+                    break
+                time.sleep(0.05)
+
+
+def write_attr(path: Path, text: str) -> None:
+    """One write(2) of `text` (an mlfs attribute takes one write as one command)."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def wait_for(check: Callable[[], bool], timeout: float = 3.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+# ---- training ----------------------------------------------------------------------------
+def train_online(mountpoint: Path, subsystem: str, model: str, run_cycle: Callable[[], None],
+                 seconds: float, *, explore_ticks: int, seed: int,
+                 log: logging.Logger) -> dict:
+    """Pin `model` in learning mode and train it while `run_cycle()` repeats for `seconds`.
+
+    The trainer (`run_worker`, relative error: the phases' objectives differ
+    by orders of magnitude) runs in a thread; its statistics are returned
+    with the wall time and the policy's size.  The model stays in learning
+    mode: the caller pins the next mode.
+    """
+    from mlfs.trainers.worker import run_worker
+
+    mdir = mountpoint / subsystem / "models" / model
+    os.mkdir(mdir)
+    write_attr(mdir / "mode", "learning\n")  # pinned: keep exploring while training
+    stop = threading.Event()
+    stats: dict = {}
+
+    def train() -> None:
+        stats.update(run_worker(str(mountpoint), subsystem, model, stop=stop,
+                                max_seconds=seconds + 60, log=log,
+                                learning_ttl=explore_ticks, relative=True, seed=seed))
+
+    trainer = threading.Thread(target=train, name="trainer", daemon=True)
+    trainer.start()
+    started = time.monotonic()
+    while time.monotonic() - started < seconds:
+        run_cycle()
+    stop.set()
+    trainer.join(timeout=60)
+    policy = (mdir / "policy").read_text()
+    return {
+        "train_seconds": round(time.monotonic() - started, 1),
+        "trainer": {k: stats.get(k) for k in ("fits", "corrections", "policies",
+                                               "recommendations", "explorations",
+                                               "rows", "val_mae", "val_mae_naive")},
+        "policy_bytes": len(policy),
+    }
+
+
+# ---- the conditions -----------------------------------------------------------------------
+class ModelSwitch:
+    """Puts a model's subsystem under one of `CONDITIONS` through its attributes.
+
+    `default` / `best`: the knob assignments as ``recommend`` takes them
+    (``read_ahead_kb=128``); `settled(condition)` returns once the knobs hold
+    the condition's values (the caller's check); `tick`: the subsystem's tick.
+    """
+
+    def __init__(self, mdir: Path, default: str, best: str, tick: float,
+                 settled: Callable[[str], None]) -> None:
+        self.mdir, self.default, self.best, self.tick = mdir, default, best, tick
+        self.settled = settled
+
+    def __call__(self, condition: str) -> None:
+        mdir = self.mdir
+        if condition == "best static":
+            write_attr(mdir / "mode", "recommendation\n")
+            write_attr(mdir / "recommend", f"{self.best}\n")
+            self.settled(condition)
+        elif condition == "default":
+            # supersede the static one; it expires during this visit
+            write_attr(mdir / "recommend", f"{self.default} ttl=1\n")
+            write_attr(mdir / "mode", "emergency\n")
+            self.settled(condition)
+        else:  # the policy decides, once a best-static recommendation is superseded
+            write_attr(mdir / "mode", "recommendation\n")
+            write_attr(mdir / "recommend", f"{self.best} ttl=1\n")
+            time.sleep(3 * self.tick)  # the ttl=1 recommendation runs out
+
+
+def interleave(repeats: int, cycles: int, switch: Callable[[str], None],
+               run_cycle: Callable[[str], Acc], phases: Sequence[str],
+               after_run: Callable[[int, dict[str, Acc]], None]) -> None:
+    """`repeats` runs of `cycles` cycles, each cycle every condition in rotated order.
+
+    `run_cycle(condition)` runs every phase once and returns {phase: [work,
+    seconds]}; `after_run(rep, acc)` gets each run's totals per condition.
+    """
+    for rep in range(repeats):
+        acc = {c: {p: [0, 0.0] for p in phases} for c in CONDITIONS}
+        for cycle in range(cycles):
+            shift = (rep * cycles + cycle) % len(CONDITIONS)
+            for condition in CONDITIONS[shift:] + CONDITIONS[:shift]:
+                switch(condition)
+                for phase, (done, secs) in run_cycle(condition).items():
+                    acc[condition][phase][0] += done
+                    acc[condition][phase][1] += secs
+        after_run(rep, acc)
+
+
+# ---- reporting ----------------------------------------------------------------------------
+def rates(acc: Acc, unit: float = MIB) -> dict:
+    """Work per second per phase and overall (total work over total time)."""
+    total = (sum(b for b, _ in acc.values()), sum(s for _, s in acc.values()))
+    mib = {p: b / unit / s if s else 0.0 for p, (b, s) in acc.items()}
+    mib["overall"] = total[0] / unit / total[1] if total[1] else 0.0
+    return {"mib_per_s": mib, "seconds": total[1]}
+
+
+def fmt(run: dict) -> str:
+    return " ".join(f"{k} {v:7.1f}" for k, v in run["mib_per_s"].items())
+
+
+def summarize(runs: list[dict], phases: Iterable[str]) -> dict[str, tuple[float, float, float]]:
+    out = {}
+    for key in (*phases, "overall"):
+        values = [r["mib_per_s"][key] for r in runs]
+        out[key] = ((statistics.median(values), min(values), max(values)) if values
+                    else (0.0, 0.0, 0.0))
+    return out
+
+
+def table(results: dict[str, list[dict]], phases: Sequence[str],
+          unit: str = "application MiB/s") -> str:
+    summaries = {name: summarize(runs, phases) for name, runs in results.items() if runs}
+    base = next(iter(summaries.values()), None)  # the first condition: the default
+    head = f"{'condition':22s}" + "".join(f"{k:>28s}" for k in (*phases, "overall"))
+    lines = [head, "-" * len(head)]
+    for name, summary in summaries.items():
+        cells = []
+        for key in (*phases, "overall"):
+            med, lo, hi = summary[key]
+            ratio = f" x{med / base[key][0]:.2f}" if base and base[key][0] > 0 else ""
+            cells.append(f"{med:7.1f} [{lo:6.1f},{hi:6.1f}]{ratio}")
+        lines.append(f"{name:22s}" + "".join(f"{c:>28s}" for c in cells))
+    lines.append(f"({unit}: median [min, max] over runs; xN = median / default)")
+    return "\n".join(lines)

@@ -1,0 +1,62 @@
+"""The glue between fio's own reports and an objective (tests/bench/fio_phases.py).
+
+Real fio on a temporary directory: what the experiment writes to a
+subsystem's ``objective`` must be the application's jobs' throughput, with
+the background (``bg-*``) load left out.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.bench.fio_phases import WORKLOADS, FioStream
+
+pytestmark = pytest.mark.skipif(shutil.which("fio") is None, reason="fio is not installed")
+
+JOB = """
+[global]
+directory=${DIR}
+time_based
+runtime=${RUNTIME}
+
+[app]
+rw=write
+bs=64k
+size=8M
+rate=4m
+
+[bg-load]
+rw=write
+bs=64k
+size=8M
+rate=16m
+"""
+
+
+def test_stream_reports_the_application_jobs_rate_each_second_without_background_load(
+        tmp_path: Path) -> None:
+    job = tmp_path / "phase.fio"
+    job.write_text(JOB)
+    rates: list[float] = []
+    summary = FioStream(job, tmp_path, 3, rates.append).wait(timeout=60)
+    assert len(rates) >= 2  # one per status interval after the first report
+    # fio's rate limit is 4 MiB/s for the app, 16 for the load: only the app counts
+    assert all(0 < r < 8 for r in rates[:-1]), rates
+    assert 2 < summary["mib_per_s"] < 6
+    assert summary["jobs"]["bg-load"]["mib_per_s"] > 10
+    assert summary["bytes"] < summary["jobs"]["bg-load"]["mib_per_s"] * (1 << 20) * 3
+
+
+def test_every_checked_in_workload_is_a_job_file_fio_accepts(tmp_path: Path) -> None:
+    files = sorted(WORKLOADS.glob("*.fio"))
+    assert len(files) >= 3
+    env = {**os.environ, "DIR": str(tmp_path), "RUNTIME": "1"}
+    for path in files:  # fio's own parser, no I/O
+        check = subprocess.run(["fio", "--parse-only", str(path)], env=env,
+                               capture_output=True, text=True)
+        assert check.returncode == 0, (path.name, check.stderr)

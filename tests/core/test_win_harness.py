@@ -1,0 +1,41 @@
+"""The protocol the real-subsystem experiments share (tests/bench/win_harness.py).
+
+What makes an interleaved comparison fair is pinned here: every condition
+runs in every position of a cycle as the order rotates, each condition's
+totals add up only its own visits, and "overall" is total work over total
+time (a slow phase counts for the time it takes).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from tests.bench.win_harness import CONDITIONS, MIB, interleave, rates
+
+
+def test_interleave_rotates_the_conditions_through_every_position() -> None:
+    order: list[str] = []
+    runs: list[dict] = []
+
+    def visit(condition: str) -> dict[str, list]:
+        order.append(condition)
+        return {"a": [CONDITIONS.index(condition) + 1, 1.0], "b": [10, 2.0]}
+
+    interleave(2, 3, lambda c: None, visit, ("a", "b"), lambda rep, acc: runs.append(acc))
+    cycles = [tuple(order[i:i + 3]) for i in range(0, len(order), 3)]
+    assert len(cycles) == 6 and all(sorted(c) == sorted(CONDITIONS) for c in cycles)
+    # over one run's 3 cycles, each condition comes first, second and third once
+    for rep in range(2):
+        for pos in range(3):
+            firsts = Counter(c[pos] for c in cycles[rep * 3:rep * 3 + 3])
+            assert set(firsts) == set(CONDITIONS)
+    assert len(runs) == 2
+    for acc in runs:
+        for i, condition in enumerate(CONDITIONS):
+            assert acc[condition] == {"a": [3 * (i + 1), 3.0], "b": [30, 6.0]}
+
+
+def test_overall_is_total_work_over_total_time_not_the_mean_of_rates() -> None:
+    got = rates({"fast": [100 * MIB, 1.0], "slow": [1 * MIB, 9.0]})
+    assert got["mib_per_s"] == {"fast": 100.0, "slow": 1 / 9, "overall": 101 / 10}
+    assert got["seconds"] == 10.0
