@@ -308,7 +308,8 @@ def cmd_fleet_train(args: argparse.Namespace) -> int:
     os.dup2(2, 1)
     try:
         card = train(args.store, args.subsystem, args.scheduler, folds=args.folds,
-                     n_workers=args.workers)
+                     n_workers=args.workers, since=args.since, until=args.until,
+                     fit_timeout=args.fit_timeout)
     except TrainError as exc:
         print(f"mlfs fleet train: {exc}", file=sys.stderr)
         return 1
@@ -604,6 +605,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="LocalCluster workers when no scheduler is given (default 2)")
     q.add_argument("--folds", type=int, default=5, metavar="N",
                    help="hosts held out one at a time for validation (default 5)")
+    q.add_argument("--since", metavar="TIME", help="only rows at or after TIME (ISO 8601, UTC)")
+    q.add_argument("--until", metavar="TIME", help="only rows before TIME (ISO 8601, UTC)")
+    q.add_argument("--fit-timeout", type=float, default=3600.0, metavar="SECONDS",
+                   help="give up a fit after this long, publishing nothing (default 3600)")
     q.add_argument("--json", action="store_true", help="print the model card as JSON")
     q.set_defaults(func=cmd_fleet_train)
     q = actions.add_parser(

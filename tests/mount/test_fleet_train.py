@@ -246,3 +246,72 @@ def test_policy_whose_checksum_does_not_match_its_card_is_never_used(
             policy_file(store, bad, suffix).unlink()
     log = (m.root / "new-train.log").read_text()
     assert f"policy {bad}: sha256" in log and f"starting from fleet policy {good} " in log
+
+
+def test_a_worker_killed_mid_fit_fails_the_run_in_one_line_and_publishes_nothing(
+        fleet_store, tmp_path):
+    from distributed import Client
+
+    store, _, _ = fleet_store
+    folder = store / "policies" / "sim.readahead"
+    before = sorted(p.name for p in folder.glob("*")) if folder.exists() else []
+    port = _free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    procs: list[subprocess.Popen] = []
+    logs = [open(tmp_path / f"dask-{i}.log", "ab") for i in range(3)]  # noqa: SIM115
+    trainer = None
+    try:
+        procs.append(subprocess.Popen(
+            [DASK, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
+            stdout=logs[0], stderr=logs[0], cwd=REPO, env=env))
+        workers = {}
+        for i in (1, 2):
+            proc = subprocess.Popen(
+                [DASK, "worker", address, "--nthreads", "1", "--no-nanny", "--no-dashboard",
+                 "--host", "127.0.0.1", "--name", f"w{i}"],
+                stdout=logs[i], stderr=logs[i], cwd=REPO, env=env)
+            procs.append(proc)
+            workers[f"w{i}"] = proc
+        with Client(address, timeout=30) as watcher:
+            watcher.wait_for_workers(2, timeout=60)
+            names = {addr: w["name"] for addr, w in watcher.scheduler_info()["workers"].items()}
+            trainer = subprocess.Popen(
+                mlfs_command("fleet", "train", "--store", str(store), "--subsystem",
+                             "sim.readahead", "--scheduler", address),
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+
+            def fitting() -> str | None:
+                for addr, keys in watcher.processing().items():
+                    if any("train_part" in str(k) for k in keys):
+                        return addr
+                return None
+
+            busy = wait_for(fitting, timeout=120, interval=0.02, what="a LightGBM fit running")
+        victim = workers[names[busy]]
+        os.kill(victim.pid, signal.SIGKILL)
+        started = time.monotonic()
+        out, err = trainer.communicate(timeout=120)
+        took = time.monotonic() - started
+    finally:
+        if trainer is not None and trainer.poll() is None:
+            os.kill(trainer.pid, signal.SIGKILL)
+            trainer.wait()
+        for proc in reversed(procs):
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait()
+        for log in logs:
+            log.close()
+    assert trainer.returncode == 1, err[-3000:]
+    reason = [line for line in err.splitlines() if line.startswith("mlfs fleet train: ")]
+    assert len(reason) == 1 and "nothing published" in reason[0], err[-3000:]
+    assert "Traceback" not in err
+    assert took < 60  # not LightGBM's socket time-out, let alone its default two hours
+    after = sorted(p.name for p in folder.glob("*")) if folder.exists() else []
+    assert after == before  # no policy, no card, no temporary file
