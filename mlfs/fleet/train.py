@@ -42,6 +42,7 @@ from mlfs.core.verifier import verify
 from mlfs.trainers.learner import KnobLearner
 
 from .layout import INFO, POLICIES, policy_path, policy_version
+from .manifest import objects
 from .push import Store
 
 log = logging.getLogger("mlfs.fleet")
@@ -179,8 +180,8 @@ def train(url: str, subsystem: str, scheduler: str | None = None, *, folds: int 
     rounds = num_boost_round or probe.num_boost_round
     wanted = sorted({"tick", "ts", "objective", HOST, *probe.feature_columns,
                      *probe.knob_columns})
-    paths = store.path(f"subsystem={subsystem}/*/kind=dataset/*.parquet")
-    if not store.fs.glob(paths):
+    paths = objects(store, subsystem, "dataset")  # the manifests' complete objects
+    if not paths:
         raise TrainError(f"{url}: no dataset rows of {subsystem}")
     filters = [("ts", op, utc(t)) for op, t in ((">=", since), ("<", until)) if t is not None]
     cluster = None
@@ -189,7 +190,8 @@ def train(url: str, subsystem: str, scheduler: str | None = None, *, folds: int 
             n_workers=n_workers, threads_per_worker=1, dashboard_address=None,
             processes=True)
         with Client(scheduler or cluster, timeout=CONNECT_TIMEOUT) as client:
-            raw = dd.read_parquet(paths if store.local else store.fs.unstrip_protocol(paths),
+            raw = dd.read_parquet(paths if store.local else
+                                  [store.fs.unstrip_protocol(p) for p in paths],
                                   columns=wanted, filters=filters or None,
                                   storage_options=store.fs.storage_options or None)
             meta = _aligned(raw._meta, info)
