@@ -327,6 +327,12 @@ def cmd_fleet_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_fleet_report(args: argparse.Namespace) -> int:
+    from .fleet.report import main as report_main
+
+    return report_main(args.store, args.json)
+
+
 def cmd_fleet_status(args: argparse.Namespace) -> int:
     from .fleet.status import main as status_main
 
@@ -423,7 +429,9 @@ Every command takes --help.  Manual page: mlfs(8).""",
   mlfs fleet push /mnt/mlfs --store /srv/fleet --once      # ship what is sealed, exit
   mlfs fleet push /mnt/mlfs --store s3://bucket/fleet --subsystem 'linux.block.*'
   mlfs fleet train --store /srv/fleet --subsystem linux.vm --scheduler tcp://10.0.0.5:8786
-  mlfs fleet status --store /srv/fleet""",
+  mlfs fleet train --store /srv/fleet --subsystem linux.vm --since 2026-11-01
+  mlfs fleet status --store /srv/fleet
+  mlfs fleet report --store /srv/fleet      # per host: mode, efficiency, fleet policy""",
     "config": """examples:
   mlfs config default > /etc/mlfs/mlfs.toml
   mlfs config check /etc/mlfs/mlfs.toml && echo valid""",
@@ -618,6 +626,11 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--store", required=True, metavar="URL", help="the fleet store")
     q.add_argument("--json", action="store_true", help="print JSON instead of text")
     q.set_defaults(func=cmd_fleet_status)
+    q = actions.add_parser("report", help="per host, subsystem and model: rows, mode, "
+                           "efficiency and which fleet policy runs")
+    q.add_argument("--store", required=True, metavar="URL", help="the fleet store")
+    q.add_argument("--json", action="store_true", help="print JSON instead of text")
+    q.set_defaults(func=cmd_fleet_report)
     p = _command(sub, "backends", "installed backends, their settings, types and defaults")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.set_defaults(func=cmd_backends)

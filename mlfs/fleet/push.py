@@ -325,7 +325,7 @@ class Pusher:
         self._ship_status(result)
 
     def _models(self) -> dict[str, dict[str, dict[str, str]]]:
-        """Each model's mode and efficiency, as the mount shows them now."""
+        """Each model's mode, efficiency and policy sha256, as the mount shows them now."""
         out: dict[str, dict[str, dict[str, str]]] = {}
         for name in self._subsystems():
             models = self.mountpoint / name / "models"
@@ -335,11 +335,14 @@ class Pusher:
                 continue
             for model in entries:
                 try:
-                    out.setdefault(name, {})[model] = {
-                        f: (models / model / f).read_text().strip()
-                        for f in ("mode", "efficiency")}
+                    shown = {f: (models / model / f).read_text().strip()
+                             for f in ("mode", "efficiency")}
+                    policy = (models / model / "policy").read_bytes()
                 except OSError:
                     continue
+                # which policy runs: `mlfs fleet report` matches it to a card's sha256
+                shown["policy_sha256"] = hashlib.sha256(policy).hexdigest() if policy else ""
+                out.setdefault(name, {})[model] = shown
         return out
 
     def _ship_status(self, result: PassResult) -> None:
