@@ -32,6 +32,10 @@ from tests.conftest import (
 pytestmark = pytest.mark.mount
 
 DASK = str(Path(sys.executable).with_name("dask"))
+#: an upper bound for a policy upload: the daemon checks a policy in a subprocess
+#: importing LightGBM within 20 s, which at load 13 on this shared 2-core machine
+#: (importing lightgbm alone: 12 s) times out; the trainer uploads again 30 s later
+UPLOAD_SECONDS = 300
 
 
 def start_trainer(m: Mount, *extra: str) -> subprocess.Popen:
@@ -194,10 +198,11 @@ def test_pull_starts_a_new_host_from_the_fleet_policy(fleet_store, trained, moun
     try:
         m.start()
         assert (m.mountpoint / "host").read_text().strip() not in hosts
-        worker = start_trainer(m, "--fleet", str(store), "--max-seconds", "30")
+        worker = start_trainer(m, "--fleet", str(store), "--max-seconds", str(UPLOAD_SECONDS))
         policy = m.sub / "models" / "lgbm" / "policy"
-        wait_for(lambda: policy.exists() and policy.read_text() == expected, timeout=30,
-                 interval=0.01, what="the fleet policy uploaded to the local model")
+        wait_for(lambda: policy.exists() and policy.read_text() == expected,
+                 timeout=UPLOAD_SECONDS, interval=0.01,
+                 what="the fleet policy uploaded to the local model")
     finally:
         if worker is not None:
             end(worker)
@@ -233,10 +238,11 @@ def test_policy_whose_checksum_does_not_match_its_card_is_never_used(
             pinned.stderr
         assert not (m.sub / "models" / "lgbm").exists()  # nothing was touched
         # the newest is the tampered one: skipped, logged, the newest good one used
-        worker = start_trainer(m, "--fleet", str(store), "--max-seconds", "30")
+        worker = start_trainer(m, "--fleet", str(store), "--max-seconds", str(UPLOAD_SECONDS))
         policy = m.sub / "models" / "lgbm" / "policy"
-        wait_for(lambda: policy.exists() and policy.read_text() == text, timeout=30,
-                 interval=0.01, what="the newest good fleet policy uploaded")
+        wait_for(lambda: policy.exists() and policy.read_text() == text,
+                 timeout=UPLOAD_SECONDS, interval=0.01,
+                 what="the newest good fleet policy uploaded")
         assert policy.read_text() != tampered
     finally:
         if worker is not None:
