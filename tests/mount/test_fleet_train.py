@@ -321,3 +321,29 @@ def test_a_worker_killed_mid_fit_fails_the_run_in_one_line_and_publishes_nothing
     assert took < 60  # not LightGBM's socket time-out, let alone its default two hours
     after = sorted(p.name for p in folder.glob("*")) if folder.exists() else []
     assert after == before  # no policy, no card, no temporary file
+
+
+def test_a_time_filter_that_is_not_a_time_is_refused_in_one_line(fleet_store):
+    store, _, _ = fleet_store
+    done = subprocess.run(
+        mlfs_command("fleet", "train", "--store", str(store), "--subsystem", "sim.readahead",
+                     "--since", "yesterday-ish"),
+        capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert done.returncode == 1
+    assert done.stderr.strip() == ("mlfs fleet train: 'yesterday-ish' is not a time "
+                                   "(ISO 8601, e.g. 2026-12-01T04:00Z)")
+
+
+def test_until_before_the_first_row_leaves_nothing_to_train_and_publishes_nothing(
+        fleet_store):
+    store, _, _ = fleet_store
+    folder = store / "policies" / "sim.readahead"
+    before = sorted(p.name for p in folder.glob("*")) if folder.exists() else []
+    done = subprocess.run(
+        mlfs_command("fleet", "train", "--store", str(store), "--subsystem", "sim.readahead",
+                     "--until", "2000-01-01T00:00Z"),
+        capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert done.returncode == 1
+    assert "mlfs fleet train: sim.readahead: 0 training rows; need 20" in done.stderr
+    after = sorted(p.name for p in folder.glob("*")) if folder.exists() else []
+    assert after == before
