@@ -6,7 +6,7 @@
 # See also: https://github.com/scop/bash-completion/blob/main/doc/configuration.md
 
 _shtab_mlfs_config_subparsers=(default check)
-_shtab_mlfs_fleet_subparsers=(push train status)
+_shtab_mlfs_fleet_subparsers=(push train status report)
 _shtab_mlfs_subparsers=(mount umount restore status report train demo bench config fleet backends)
 
 _shtab_mlfs_mount_option_strings=(-h --help --config --state-dir --foreground)
@@ -21,8 +21,9 @@ _shtab_mlfs_config_default_option_strings=(-h --help)
 _shtab_mlfs_config_check_option_strings=(-h --help)
 _shtab_mlfs_config_option_strings=(-h --help)
 _shtab_mlfs_fleet_push_option_strings=(-h --help --store --subsystem --state-dir --once --interval --max-backoff --metrics-file)
-_shtab_mlfs_fleet_train_option_strings=(-h --help --store --subsystem --scheduler --workers --folds --json)
+_shtab_mlfs_fleet_train_option_strings=(-h --help --store --subsystem --scheduler --workers --folds --since --until --fit-timeout --json)
 _shtab_mlfs_fleet_status_option_strings=(-h --help --store --json)
+_shtab_mlfs_fleet_report_option_strings=(-h --help --store --json)
 _shtab_mlfs_fleet_option_strings=(-h --help)
 _shtab_mlfs_backends_option_strings=(-h --help --json)
 _shtab_mlfs_option_strings=(-h --help --version)
@@ -30,7 +31,7 @@ _shtab_mlfs_option_strings=(-h --help --version)
 
 
 _shtab_mlfs_config_pos_0_choices=(default check)
-_shtab_mlfs_fleet_pos_0_choices=(push train status)
+_shtab_mlfs_fleet_pos_0_choices=(push train status report)
 _shtab_mlfs_pos_0_choices=(mount umount restore status report train demo bench config fleet backends)
 
 _shtab_mlfs_mount__h_nargs=0
@@ -74,6 +75,9 @@ _shtab_mlfs_fleet_train___json_nargs=0
 _shtab_mlfs_fleet_status__h_nargs=0
 _shtab_mlfs_fleet_status___help_nargs=0
 _shtab_mlfs_fleet_status___json_nargs=0
+_shtab_mlfs_fleet_report__h_nargs=0
+_shtab_mlfs_fleet_report___help_nargs=0
+_shtab_mlfs_fleet_report___json_nargs=0
 _shtab_mlfs_fleet_pos_0_nargs=A...
 _shtab_mlfs_fleet__h_nargs=0
 _shtab_mlfs_fleet___help_nargs=0

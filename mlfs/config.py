@@ -51,19 +51,25 @@ class StoreConfig:
     # rows one store keeps in memory while the state dir refuses writes; at the
     # bound ticks are held (skipped, counted) and recommend gets ENOSPC
     max_waiting_rows: int = 65536
+    # bytes of portions not yet shipped by a fleet pusher that retention keeps
+    # beyond retention_bytes (docs/fleet.md); 0: retention never waits for it
+    fleet_backlog_bytes: int = 1 << 28
 
     def dataset(self) -> StorePolicy:
         return StorePolicy(self.seal_rows, self.seal_seconds, self.retention_bytes,
-                           self.retention_count, max_waiting_rows=self.max_waiting_rows)
+                           self.retention_count, max_waiting_rows=self.max_waiting_rows,
+                           fleet_backlog_bytes=self.fleet_backlog_bytes)
 
     def feedback(self) -> StorePolicy:
         return StorePolicy(self.seal_rows, self.feedback_seal_seconds, self.retention_bytes,
-                           self.retention_count, max_waiting_rows=self.max_waiting_rows)
+                           self.retention_count, max_waiting_rows=self.max_waiting_rows,
+                           fleet_backlog_bytes=self.fleet_backlog_bytes)
 
     def journal(self) -> StorePolicy:
         return StorePolicy(self.seal_rows, self.journal_seal_seconds, self.retention_bytes,
                            self.retention_count, durable=True,
-                           max_waiting_rows=self.max_waiting_rows)
+                           max_waiting_rows=self.max_waiting_rows,
+                           fleet_backlog_bytes=self.fleet_backlog_bytes)
 
 
 @dataclass(frozen=True)
@@ -134,6 +140,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "store.retention_bytes": (1, 1 << 60),
     "store.retention_count": (1, 1_000_000_000),
     "store.max_waiting_rows": (1, 1 << 24),
+    "store.fleet_backlog_bytes": (0, 1 << 60),
     # shares of ticks
     "modes.learning_share": (0.0, 1.0),
     "modes.collaboration_share": (0.0, 1.0),

@@ -14,7 +14,9 @@ EXAMPLES = """examples:
   mlfs fleet push /mnt/mlfs --store /srv/fleet --once      # ship what is sealed, exit
   mlfs fleet push /mnt/mlfs --store s3://bucket/fleet --subsystem 'linux.block.*'
   mlfs fleet train --store /srv/fleet --subsystem linux.vm --scheduler tcp://10.0.0.5:8786
-  mlfs fleet status --store /srv/fleet"""
+  mlfs fleet train --store /srv/fleet --subsystem linux.vm --since 2026-11-01
+  mlfs fleet status --store /srv/fleet
+  mlfs fleet report --store /srv/fleet      # per host: mode, efficiency, fleet policy"""
 
 
 def cmd_fleet_push(args: argparse.Namespace) -> int:
@@ -43,7 +45,8 @@ def cmd_fleet_train(args: argparse.Namespace) -> int:
     os.dup2(2, 1)
     try:
         card = train(args.store, args.subsystem, args.scheduler, folds=args.folds,
-                     n_workers=args.workers)
+                     n_workers=args.workers, since=args.since, until=args.until,
+                     fit_timeout=args.fit_timeout)
     except TrainError as exc:
         print(f"mlfs fleet train: {exc}", file=sys.stderr)
         return 1
@@ -59,6 +62,12 @@ def cmd_fleet_train(args: argparse.Namespace) -> int:
               f"({card['rows']} rows, {len(card['hosts'])} hosts, held-out-host MAE "
               f"{'n/a' if mae is None else f'{mae:.4g}'}, {card['seconds']:.1f} s)")
     return 0
+
+
+def cmd_fleet_report(args: argparse.Namespace) -> int:
+    from ..fleet.report import main as report_main
+
+    return report_main(args.store, args.json)
 
 
 def cmd_fleet_status(args: argparse.Namespace) -> int:
@@ -109,6 +118,10 @@ def add_parser(sub) -> None:
                    help="LocalCluster workers when no scheduler is given (default 2)")
     q.add_argument("--folds", type=int, default=5, metavar="N",
                    help="hosts held out one at a time for validation (default 5)")
+    q.add_argument("--since", metavar="TIME", help="only rows at or after TIME (ISO 8601, UTC)")
+    q.add_argument("--until", metavar="TIME", help="only rows before TIME (ISO 8601, UTC)")
+    q.add_argument("--fit-timeout", type=float, default=3600.0, metavar="SECONDS",
+                   help="give up a fit after this long, publishing nothing (default 3600)")
     q.add_argument("--json", action="store_true", help="print the model card as JSON")
     q.set_defaults(func=cmd_fleet_train)
     q = actions.add_parser(
@@ -118,3 +131,8 @@ def add_parser(sub) -> None:
     q.add_argument("--store", required=True, metavar="URL", help="the fleet store")
     q.add_argument("--json", action="store_true", help="print JSON instead of text")
     q.set_defaults(func=cmd_fleet_status)
+    q = actions.add_parser("report", help="per host, subsystem and model: rows, mode, "
+                           "efficiency and which fleet policy runs")
+    q.add_argument("--store", required=True, metavar="URL", help="the fleet store")
+    q.add_argument("--json", action="store_true", help="print JSON instead of text")
+    q.set_defaults(func=cmd_fleet_report)

@@ -43,6 +43,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .durable import fsync_dir, set_aside, write_durably
+from .shipped import ShippedCursors
+from .statedir import FORMAT_FILE
 
 log = logging.getLogger("mlfs.store")
 
@@ -119,6 +121,9 @@ class StorePolicy:
     durable: bool = False
     #: rows kept in memory (pending, failed batches) before the store is full
     max_waiting_rows: int = 65536
+    #: bytes of portions a fleet pusher has not shipped yet that retention keeps
+    #: beyond `retention_bytes` (mlfs/core/shipped.py); 0: retention never waits
+    fleet_backlog_bytes: int = 1 << 28
 
 
 @dataclass
@@ -188,7 +193,11 @@ class PortionStore:
         self.removed_total = 0
         self.failures_total = 0
         self.quarantined_rows = 0
+        #: unshipped portions retention removed anyway (the fleet backlog limit)
+        self.fleet_lost_total = 0
         self.last_key: int | None = None
+        root = _state_root(self.directory)
+        self._shipped = ShippedCursors(root) if root is not None else None
         self._recover()
 
     # ---- start-up -------------------------------------------------------
@@ -626,16 +635,43 @@ class PortionStore:
         return portion
 
     def _retain(self) -> list[Portion]:
+        """Remove the oldest portions beyond `retention_count` / `retention_bytes`.
+
+        Of those, the ones a fleet pusher has not shipped yet are held back
+        while their bytes stay within `fleet_backlog_bytes`; past that the
+        oldest of them go after all (retention wins), each counted and logged
+        here, and counted again by the pusher, which finds the gap.
+        """
+        order = sorted(self.portions)
+        count, total = len(order), sum(p.size for p in self.portions.values())
+        due = 0  # what retention alone removes: the `due` oldest
+        while count - due > 1 and (count - due > self.policy.retention_count
+                                   or total > self.policy.retention_bytes):
+            total -= self.portions[order[due]].size
+            due += 1
+        if not due:
+            return []
+        shipped = self._shipped.shipped(self.directory) if self._shipped is not None else None
+        held = [n for n in order[:due] if shipped is not None and n > shipped]
+        held_bytes = sum(self.portions[n].size for n in held)
+        lost: list[int] = []
+        while held and held_bytes > self.policy.fleet_backlog_bytes:
+            number = held.pop(0)
+            held_bytes -= self.portions[number].size
+            lost.append(number)
         removed: list[Portion] = []
-        total = sum(p.size for p in self.portions.values())
-        while len(self.portions) > 1 and (
-            len(self.portions) > self.policy.retention_count
-            or total > self.policy.retention_bytes
-        ):
-            oldest = self.portions.pop(min(self.portions))
-            total -= oldest.size
+        for number in order[:due]:
+            if number in held:
+                continue
+            oldest = self.portions.pop(number)
             oldest.path.unlink(missing_ok=True)
             removed.append(oldest)
+        if lost:
+            self.fleet_lost_total += len(lost)
+            log.error("%s: retention removed portions %d..%d (%d) before the fleet pusher "
+                      "shipped them: unshipped portions over [store] fleet_backlog_bytes = %d",
+                      self.directory, lost[0], lost[-1], len(lost),
+                      self.policy.fleet_backlog_bytes)
         self.removed_total += len(removed)
         return removed
 
@@ -669,6 +705,15 @@ class PortionStore:
 
 
 _INT64 = 1 << 63
+
+
+def _state_root(directory: Path) -> Path | None:
+    """The state directory holding `directory` (the nearest parent with the
+    `format` file), None for a store outside one (tests, tools)."""
+    for parent in list(Path(directory).resolve().parents)[:4]:  # <state>/S/models/M/<kind>
+        if (parent / FORMAT_FILE).exists():
+            return parent
+    return None
 
 
 def _fits(kind: pa.DataType, value: object) -> bool:

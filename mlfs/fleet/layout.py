@@ -10,6 +10,8 @@ Polars, pyarrow, Spark and Dask read a kind of rows as one table:
     subsystem=<S>/host=<H>/kind=recommendations/model=<M>/<NNNNNNNNNN>.parquet
     policies/<S>/<NNNNNNNNNN>.txt     a fleet policy (LightGBM text)
     policies/<S>/<NNNNNNNNNN>.json    its model card, written last
+    manifests/<H>.json                host H's shipped portion numbers per source,
+                                      written after the objects (manifest.py)
     status/<H>.json                   host H's pusher after its last pass: backlog,
                                       losses, cursor, each model's mode and efficiency
     info/<S>/<H>.json                 the subsystem's `info` as host H serves it
@@ -28,6 +30,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from mlfs.core.shipped import source_key
 from mlfs.core.store import PORTION_SUFFIX, portion_name
 
 KINDS = ("dataset", "feedback", "recommendations")
@@ -56,8 +59,8 @@ class Source:
         return f"{self.subsystem}/models/{self.model}/{self.kind}"
 
     def key(self) -> str:
-        """The cursor's key: `S/kind` or `S/kind/model`."""
-        return "/".join(p for p in (self.subsystem, self.kind, self.model) if p)
+        """The cursor's key: `S/kind` or `S/kind/model` (the daemon reads it too)."""
+        return source_key(self.mount_dir())
 
     def object_dir(self, host: str) -> str:
         parts = [f"subsystem={self.subsystem}", f"host={host}", f"kind={self.kind}"]

@@ -48,6 +48,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mlfs.core.durable import write_durably
+from mlfs.core.shipped import cursor_path
 from mlfs.core.statedir import FORMAT_FILE
 
 from .layout import (
@@ -58,10 +59,11 @@ from .layout import (
     portion_number,
     status_path,
 )
+from .manifest import add, document, manifest_path
 
 log = logging.getLogger("mlfs.fleet")
 
-FLEET_DIR = "fleet"
+
 
 
 class StoreUnavailable(Exception):
@@ -78,6 +80,9 @@ class Store:
         self.url = url
         self.fs, self.root = url_to_fs(url)
         self.local = "file" in _protocols(self.fs)
+        #: objects appear whole (tmp name + rename); elsewhere readers need the
+        #: manifests (mlfs/fleet/manifest.py)
+        self.atomic = self.local
 
     def path(self, relative: str) -> str:
         return f"{self.root.rstrip('/')}/{relative}"
@@ -141,6 +146,8 @@ class Cursor:
     url: str
     shipped: dict[str, int] = field(default_factory=dict)
     lost: int = 0
+    #: per source, the portion numbers in the store as [lo, hi] ranges (the manifest)
+    ranges: dict[str, list[list[int]]] = field(default_factory=dict)
 
     @classmethod
     def load(cls, path: Path, url: str) -> Cursor:
@@ -151,13 +158,15 @@ class Cursor:
         if data.get("store") != url:
             raise ValueError(f"{path} is the cursor of {data.get('store')!r}, not {url!r}")
         return cls(path, url, {str(k): int(v) for k, v in data["shipped"].items()},
-                   int(data.get("lost", 0)))
+                   int(data.get("lost", 0)),
+                   {str(k): [[int(lo), int(hi)] for lo, hi in v]
+                    for k, v in data.get("ranges", {}).items()})
 
     def save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         write_durably(self.path, json.dumps(
-            {"store": self.url, "shipped": self.shipped, "lost": self.lost},
-            sort_keys=True).encode() + b"\n")
+            {"store": self.url, "shipped": self.shipped, "lost": self.lost,
+             "ranges": self.ranges}, sort_keys=True).encode() + b"\n")
 
 
 # ---- the pusher -------------------------------------------------------------
@@ -178,9 +187,15 @@ class Pusher:
         self.state_dir = Path(state_dir)
         self.patterns = list(subsystems)
         key = store_key(url)
-        self.cursor = Cursor.load(self.state_dir / FLEET_DIR / f"push-{key}.json", url)
-        self.metrics_file = metrics_file or self.state_dir / FLEET_DIR / f"push-{key}.prom"
+        path = cursor_path(self.state_dir, key)
+        self.cursor = Cursor.load(path, url)
+        if not path.exists():
+            # at once, before anything ships: the daemon holds unshipped portions
+            # back from retention only for a pusher it can see (mlfs/core/shipped.py)
+            self.cursor.save()
+        self.metrics_file = metrics_file or path.with_suffix(".prom")
         self.host = host_columns(self.mountpoint)
+        self.manifest_due = True  # the first pass writes it (a run killed before it did)
         self.shipped_total = 0
         self.rows_total = 0
         self.failures_total = 0
@@ -235,11 +250,22 @@ class Pusher:
                     if rows is not None:
                         result.shipped += 1
                         result.rows += rows
+                        self.manifest_due = True
+            self._ship_manifest()
         except StoreUnavailable as exc:
             result.error = str(exc)
         finally:
             self._account(result)
         return result
+
+    def _ship_manifest(self) -> None:
+        """`manifests/<host>.json`, after the objects it names (mlfs/fleet/manifest.py)."""
+        if not self.manifest_due:
+            return
+        sources = {s.key(): s for s in self.sources()}
+        self.store.put(manifest_path(self.host["host_id"]),
+                       document(self.host["host_id"], self.cursor.ranges, sources))
+        self.manifest_due = False
 
     def _ship_info(self, subsystems: list[str]) -> None:
         """Each subsystem's `info` (what a fleet trainer builds its columns from),
@@ -280,6 +306,7 @@ class Pusher:
             pq.write_table(with_host_columns(table, self.host), buffer)
             self.store.put(source.object_path(self.host["host_id"], number), buffer.getvalue())
             rows = table.num_rows
+            add(self.cursor.ranges.setdefault(source.key(), []), number)
         self.cursor.shipped[source.key()] = number
         self.cursor.save()
         return rows
@@ -298,7 +325,7 @@ class Pusher:
         self._ship_status(result)
 
     def _models(self) -> dict[str, dict[str, dict[str, str]]]:
-        """Each model's mode and efficiency, as the mount shows them now."""
+        """Each model's mode, efficiency and policy sha256, as the mount shows them now."""
         out: dict[str, dict[str, dict[str, str]]] = {}
         for name in self._subsystems():
             models = self.mountpoint / name / "models"
@@ -308,11 +335,14 @@ class Pusher:
                 continue
             for model in entries:
                 try:
-                    out.setdefault(name, {})[model] = {
-                        f: (models / model / f).read_text().strip()
-                        for f in ("mode", "efficiency")}
+                    shown = {f: (models / model / f).read_text().strip()
+                             for f in ("mode", "efficiency")}
+                    policy = (models / model / "policy").read_bytes()
                 except OSError:
                     continue
+                # which policy runs: `mlfs fleet report` matches it to a card's sha256
+                shown["policy_sha256"] = hashlib.sha256(policy).hexdigest() if policy else ""
+                out.setdefault(name, {})[model] = shown
         return out
 
     def _ship_status(self, result: PassResult) -> None:

@@ -16,6 +16,7 @@ import time
 import pyarrow.parquet as pq
 
 from .layout import POLICIES, STATUS, policy_version
+from .manifest import objects
 from .push import Store
 
 
@@ -31,7 +32,7 @@ def collect(url: str) -> dict:
         record = json.loads(fs.cat_file(path))
         hosts[record["host_id"]] = record
     data: dict[str, dict[str, dict]] = {}
-    for path in fs.glob(store.path("subsystem=*/host=*/kind=dataset/*.parquet")):
+    for path in objects(store, "*", "dataset"):
         parts = path.split("/")
         subsystem = parts[-4].split("=", 1)[1]
         host = parts[-3].split("=", 1)[1]

@@ -28,8 +28,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -41,11 +42,22 @@ from mlfs.core.verifier import verify
 from mlfs.trainers.learner import KnobLearner
 
 from .layout import INFO, POLICIES, policy_path, policy_version
+from .manifest import objects
 from .push import Store
 
 log = logging.getLogger("mlfs.fleet")
 
 LABEL, WEIGHT, HOST = "__label", "__weight", "host_id"
+#: LightGBM's socket time-out in minutes (its default, 120, lets a run whose peer
+#: died hang for two hours); 1 is the smallest it takes
+NETWORK_TIMEOUT_MINUTES = 1
+#: one fit may take this long before the run gives up (the 10 M-row bench fit
+#: takes minutes on 2 workers; see docs/bench/fleet.md)
+FIT_TIMEOUT = 3600.0
+#: how often the fit's watcher asks the scheduler which workers are alive
+WATCH_SECONDS = 0.25
+#: seconds to reach a named scheduler
+CONNECT_TIMEOUT = "30s"
 
 
 class TrainError(Exception):
@@ -90,9 +102,71 @@ def next_version(store: Store, subsystem: str) -> int:
     return max(versions, default=0) + 1
 
 
+def utc(when: Any) -> pd.Timestamp:
+    """A time as the dataset's `ts` (timestamp, UTC); a naive time is taken as UTC."""
+    try:
+        stamp = pd.Timestamp(when)
+    except (ValueError, TypeError) as exc:
+        raise TrainError(f"{when!r} is not a time (ISO 8601, e.g. 2026-12-01T04:00Z)") from exc
+    return stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp.tz_convert("UTC")
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:300] if text else ''}".rstrip(": ")
+
+
+def watched(client, work: Callable[[], Any], timeout: float, what: str) -> Any:
+    """`work()` (a lightgbm.dask fit) in a thread, watched from here.
+
+    lightgbm.dask pins one task to each worker that holds data
+    (allow_other_workers=False): when such a worker dies, its task waits in the
+    scheduler for a worker of that address forever, and the peers' LightGBM
+    sockets wait up to their `time_out`.  So a worker leaving the cluster ends
+    the fit at once (TrainError, nothing published), and so does `timeout`.
+    """
+    before = set(client.scheduler_info()["workers"])
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = work()
+        except BaseException as exc:  # noqa: BLE001  (re-raised in the caller's thread)
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, name="fleet-fit", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout
+    while thread.is_alive():
+        thread.join(WATCH_SECONDS)
+        if not thread.is_alive():
+            break
+        try:
+            gone = before - set(client.scheduler_info()["workers"])
+        except Exception as exc:  # noqa: BLE001  (the scheduler itself went away)
+            raise TrainError(f"{what}: lost the scheduler: {_one_line(exc)}") from exc
+        if gone:
+            raise TrainError(f"{what}: worker {', '.join(sorted(gone))} left the cluster "
+                             "during training; nothing published")
+        if time.monotonic() > deadline:
+            raise TrainError(f"{what}: not done after {timeout:g} s; nothing published")
+    if "error" in outcome:
+        exc = outcome["error"]
+        if isinstance(exc, TrainError):
+            raise exc
+        raise TrainError(f"{what} failed: {_one_line(exc)}; nothing published") from exc
+    return outcome["value"]
+
+
 def train(url: str, subsystem: str, scheduler: str | None = None, *, folds: int = 5,
-          n_workers: int = 2, num_boost_round: int | None = None) -> dict:
-    """Train and publish one fleet policy; returns its card."""
+          n_workers: int = 2, num_boost_round: int | None = None,
+          since: pd.Timestamp | None = None, until: pd.Timestamp | None = None,
+          fit_timeout: float = FIT_TIMEOUT) -> dict:
+    """Train and publish one fleet policy; returns its card.
+
+    `since` / `until` keep the rows with `since <= ts < until` (pushed down to
+    the Parquet reader as filters).  Any failure of the cluster is a TrainError
+    with a one-line reason, raised before anything is published."""
     import dask
     import dask.dataframe as dd
     from distributed import Client, LocalCluster
@@ -106,15 +180,19 @@ def train(url: str, subsystem: str, scheduler: str | None = None, *, folds: int 
     rounds = num_boost_round or probe.num_boost_round
     wanted = sorted({"tick", "ts", "objective", HOST, *probe.feature_columns,
                      *probe.knob_columns})
-    paths = store.path(f"subsystem={subsystem}/*/kind=dataset/*.parquet")
-    if not store.fs.glob(paths):
+    paths = objects(store, subsystem, "dataset")  # the manifests' complete objects
+    if not paths:
         raise TrainError(f"{url}: no dataset rows of {subsystem}")
-    cluster = None if scheduler else LocalCluster(
-        n_workers=n_workers, threads_per_worker=1, dashboard_address=None, processes=True)
+    filters = [("ts", op, utc(t)) for op, t in ((">=", since), ("<", until)) if t is not None]
+    cluster = None
     try:
-        with Client(scheduler or cluster) as client:
-            raw = dd.read_parquet(paths if store.local else store.fs.unstrip_protocol(paths),
-                                  columns=wanted,
+        cluster = None if scheduler else LocalCluster(
+            n_workers=n_workers, threads_per_worker=1, dashboard_address=None,
+            processes=True)
+        with Client(scheduler or cluster, timeout=CONNECT_TIMEOUT) as client:
+            raw = dd.read_parquet(paths if store.local else
+                                  [store.fs.unstrip_protocol(p) for p in paths],
+                                  columns=wanted, filters=filters or None,
                                   storage_options=store.fs.storage_options or None)
             meta = _aligned(raw._meta, info)
             # one part per portion is many small parts; lightgbm.dask pays per part
@@ -132,7 +210,7 @@ def train(url: str, subsystem: str, scheduler: str | None = None, *, folds: int 
             if per_host.sum() < 20:
                 raise TrainError(f"{subsystem}: {int(per_host.sum())} training rows; need 20")
             hosts = list(per_host.index)
-            params = dict(probe.params, n_estimators=rounds)
+            params = dict(probe.params, n_estimators=rounds, time_out=NETWORK_TIMEOUT_MINUTES)
             params.pop("num_threads", None)
             params.pop("seed", None)
 
@@ -143,7 +221,9 @@ def train(url: str, subsystem: str, scheduler: str | None = None, *, folds: int 
                 frame = frame.partitions[[i for i, n in enumerate(sizes) if n]]
                 model = DaskLGBMRegressor(client=client, random_state=probe.seed, n_jobs=1,
                                           **params)
-                model.fit(frame[probe.columns], frame[LABEL], sample_weight=frame[WEIGHT])
+                watched(client, lambda: model.fit(frame[probe.columns], frame[LABEL],
+                                                  sample_weight=frame[WEIGHT]),
+                        fit_timeout, "lightgbm.dask fit")
                 return model.to_local().booster_
 
             timings["summaries"] = time.perf_counter() - started
@@ -160,20 +240,18 @@ def train(url: str, subsystem: str, scheduler: str | None = None, *, folds: int 
             timings["validation"] = time.perf_counter() - started
             booster = fit(rows)
             timings["fit"] = time.perf_counter() - started
+    except TrainError:
+        raise
+    except Exception as exc:  # noqa: BLE001  (Dask and LightGBM raise many types)
+        raise TrainError(f"training on {scheduler or 'a LocalCluster'} failed: "
+                         f"{_one_line(exc)}; nothing published") from exc
     finally:
         if cluster is not None:
             cluster.close()
     text = booster.model_to_string()
-    verify(text)  # what the daemon would refuse is never published
     gains = booster.feature_importance("gain")
-    digest = hashlib.sha256(text.encode()).hexdigest()
-    version = next_version(store, subsystem)
     card = {
-        "version": version,
         "subsystem": subsystem,
-        "policy": policy_path(subsystem, version, "txt").rsplit("/", 1)[-1],
-        "sha256": digest,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "mlfs_version": __version__,
         "rows": int(per_host.sum()),
         "hosts": {h: int(n) for h, n in per_host.items()},
@@ -193,6 +271,20 @@ def train(url: str, subsystem: str, scheduler: str | None = None, *, folds: int 
         "seconds": round(time.perf_counter() - started, 3),
         "seconds_after": {k: round(v, 3) for k, v in timings.items()},
     }
+    return publish(store, subsystem, text, card)
+
+
+def publish(store: Store, subsystem: str, text: str, card: Mapping[str, Any]) -> dict:
+    """Publish `text` as the next policy version of `subsystem` with its card (version,
+    sha256, creation time added); the card is written last, so a run that dies before
+    it publishes nothing a host would use.  What the daemon's verifier refuses is never
+    published (Refused)."""
+    verify(text)
+    version = next_version(store, subsystem)
+    card = dict(card, version=version, subsystem=subsystem,
+                policy=policy_path(subsystem, version, "txt").rsplit("/", 1)[-1],
+                sha256=hashlib.sha256(text.encode()).hexdigest(),
+                created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     store.put(policy_path(subsystem, version, "txt"), text.encode())
     store.put(policy_path(subsystem, version, "json"),
               (json.dumps(card, indent=2) + "\n").encode())  # last

@@ -53,6 +53,16 @@ def build(source: Path, target: Path, rows: int, hosts: int, portion_rows: int) 
     return written
 
 
+def worker_peak_rss(client) -> dict[str, float]:
+    """Each worker process's peak resident memory so far, in MiB (getrusage)."""
+    import resource
+
+    def peak() -> float:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+    return {addr: round(v, 1) for addr, v in client.run(peak).items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--from-store", required=True, type=Path)
@@ -60,19 +70,36 @@ def main() -> None:
     parser.add_argument("--hosts", type=int, default=4)
     parser.add_argument("--portion-rows", type=int, default=4096)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--folds", type=int, default=None,
+                        help="hosts held out (default: all); 0 times the final fit alone")
+    parser.add_argument("--memory-limit", default="0",
+                        help="per worker, as Dask takes it (e.g. 2GiB; 0: none)")
     args = parser.parse_args()
+    from distributed import Client, LocalCluster
+
     for rows in args.rows:
         target = Path(tempfile.mkdtemp(prefix="mlfs-fleet-bench-"))
+        # a cluster of our own (not train's LocalCluster): to ask its workers their peak
+        # memory after the run, the Dask-reported figure a cluster's sizing needs
+        cluster = LocalCluster(n_workers=args.workers, threads_per_worker=1,
+                               dashboard_address=None, processes=True,
+                               memory_limit=args.memory_limit)
         try:
             n = build(args.from_store, target, rows, args.hosts, args.portion_rows)
             started = time.perf_counter()
-            card = train(str(target), "sim.readahead", folds=args.hosts,
+            card = train(str(target), "sim.readahead", cluster.scheduler_address,
+                         folds=args.hosts if args.folds is None else args.folds,
                          n_workers=args.workers)
+            with Client(cluster) as client:
+                peaks = worker_peak_rss(client)
             print(json.dumps({"rows": n, "training_rows": card["rows"], "hosts": args.hosts,
-                              "fits": args.hosts + 1, "workers": args.workers,
+                              "folds": args.folds, "workers": args.workers,
+                              "memory_limit": args.memory_limit,
                               "seconds": round(time.perf_counter() - started, 2),
-                              "stages": card["seconds_after"]}))
+                              "stages": card["seconds_after"],
+                              "worker_peak_rss_mib": peaks}), flush=True)
         finally:
+            cluster.close()
             shutil.rmtree(target, ignore_errors=True)
 
 

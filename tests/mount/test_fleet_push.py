@@ -13,9 +13,12 @@ from pathlib import Path
 import duckdb
 import pyarrow.parquet as pq
 import pytest
+from fsspec import register_implementation
+from fsspec.implementations.memory import MemoryFileSystem
 
-from mlfs.fleet.layout import portion_number
-from mlfs.fleet.push import store_key
+from mlfs.fleet.layout import Source, portion_number
+from mlfs.fleet.manifest import objects
+from mlfs.fleet.push import Pusher, store_key
 from tests.conftest import FAST_CONFIG, REPO, Mount, mlfs_command, new_model, wait_for
 
 pytestmark = pytest.mark.mount
@@ -207,5 +210,129 @@ def test_unwritable_store_keeps_a_backlog_with_a_clear_error_and_drains_after(
         assert shipped >= 2
         assert store_ticks(store, host) == Counter(mount_ticks(m, shipped))
         assert metrics(m, store)["mlfs_fleet_push_lost_portions_total"] == 0
+    finally:
+        m.kill(signal.SIGTERM)
+
+
+class RecordingMemoryFS(MemoryFileSystem):
+    """fsspec's in-memory file system (no rename at all, like S3), recording the
+    order in which whole objects are written."""
+
+    protocol = ("fleetmem",)
+    writes: list[str] = []
+
+    def pipe_file(self, path, value, **kwargs):
+        type(self).writes.append(self._strip_protocol(path))
+        return super().pipe_file(path, value, **kwargs)
+
+
+def test_a_store_without_atomic_rename_shows_readers_only_what_the_manifest_lists(
+        mount_root):
+    register_implementation("fleetmem", RecordingMemoryFS, clobber=True)
+    url = f"fleetmem://fleet-{os.getpid()}-{time.monotonic_ns()}"
+    m = Mount(mount_root)
+    try:
+        m.start()
+        wait_for(lambda: portions(m.sub / "dataset") >= 3, timeout=30, what="portions")
+        pusher = Pusher(m.mountpoint, url, m.state_dir)
+        store = pusher.store
+        assert not store.atomic
+        host = pusher.host["host_id"]
+        source = Source("sim.readahead", "dataset")
+        first = pusher.pending(source)[0]
+        # what a pusher killed mid-PUT leaves on a store without rename: a torn object
+        store.fs.pipe_file(store.path(source.object_path(host, first)), b"PAR1 torn")
+        assert objects(store, "sim.readahead", "dataset") == []
+        assert fleet_status_of(url)["subsystems"] == {}
+        RecordingMemoryFS.writes.clear()
+        result = pusher.ship_pass()
+        assert result.error == "" and result.shipped >= 3
+        shipped = pusher.cursor.shipped[source.key()]
+        listed = objects(store, "sim.readahead", "dataset")
+        assert listed == [store.path(source.object_path(host, n))
+                          for n in range(first, shipped + 1)]
+        ticks = Counter()
+        for path in listed:  # the torn one replaced: every listed object reads whole
+            with store.fs.open(path, "rb") as f:
+                ticks.update(pq.read_table(f, columns=["tick"]).column("tick").to_pylist())
+        assert ticks == Counter(mount_ticks(m, shipped))
+        rows = fleet_status_of(url)["subsystems"]["sim.readahead"][host]["rows"]
+        assert rows == sum(ticks.values())
+        writes = RecordingMemoryFS.writes
+        manifest = writes.index(store.path(f"manifests/{host}.json"))
+        assert all(writes.index(p) < manifest for p in listed)  # the manifest last
+    finally:
+        m.kill(signal.SIGTERM)
+        RecordingMemoryFS.store.clear()
+        RecordingMemoryFS.pseudo_dirs[:] = [""]
+
+
+def fleet_status_of(url: str) -> dict:
+    from mlfs.fleet.status import collect
+
+    return collect(url)
+
+
+HOLD_CONFIG = BUSY_CONFIG.replace("[modes]", "retention_count = 3\n{backlog}\n[modes]")
+
+
+def test_unshipped_portions_are_held_back_from_retention_while_the_store_is_down(
+        mount_root, tmp_path):
+    store = tmp_path / "store"
+    store.mkdir()
+    blocker = store / "subsystem=sim.readahead"
+    blocker.write_text("a file where a directory must be\n")
+    m = Mount(mount_root, config=HOLD_CONFIG.format(backlog=""))
+    try:
+        m.start()
+        push(m, store, "--once")  # the cursor exists from here on: portions held
+        assert cursor(m, store)["shipped"] == {}
+        wait_for(lambda: portions(m.sub / "dataset") >= 8, timeout=60,
+                 what="8 portions kept with retention_count = 3")
+        blocker.unlink()
+        done = push(m, store, "--once")
+        assert done.returncode == 0, done.stderr
+        assert ", 0 lost" in done.stdout
+        host = (m.mountpoint / "host").read_text().strip()
+        shipped = cursor(m, store)["shipped"]["sim.readahead/dataset"]
+        # portions 1..shipped, no gap: none was removed while the store was down
+        assert cursor(m, store)["ranges"]["sim.readahead/dataset"] == [[1, shipped]]
+        assert max(store_ticks(store, host).values()) == 1
+        assert metrics(m, store)["mlfs_fleet_push_lost_portions_total"] == 0
+        assert shipped >= 8
+        # shipped now: the next seals remove them (newer ones wait for the next push)
+        wait_for(lambda: min(map(portion_number, os.listdir(m.sub / "dataset"))) > shipped,
+                 timeout=30, what="retention removing the shipped portions")
+    finally:
+        m.kill(signal.SIGTERM)
+
+
+def test_past_the_backlog_limit_retention_wins_and_the_loss_is_counted_logged_and_shown(
+        mount_root, tmp_path):
+    store = tmp_path / "store"
+    store.mkdir()
+    blocker = store / "subsystem=sim.readahead"
+    blocker.write_text("a file where a directory must be\n")
+    m = Mount(mount_root, config=HOLD_CONFIG.format(backlog="fleet_backlog_bytes = 1"))
+    try:
+        m.start()
+        push(m, store, "--once")  # a pusher that shipped nothing yet
+        wait_for(lambda: "before the fleet pusher shipped" in
+                 (m.state_dir / "mlfs.log").read_text(), timeout=60,
+                 what="the daemon logging an unshipped portion removed")
+        assert portions(m.sub / "dataset") <= 4
+        blocker.unlink()
+        done = push(m, store, "--once")
+        assert done.returncode == 0, done.stderr
+        lost = metrics(m, store)["mlfs_fleet_push_lost_portions_total"]  # all passes
+        assert int(done.stdout.split(" waiting, ")[1].split()[0]) >= 1  # this pass
+        assert lost >= 1 and "was removed from the mount before it was shipped" in done.stderr
+        record = next(iter(fleet_status(store)["hosts"].values()))
+        assert record["lost"] == lost
+        status = subprocess.run(mlfs_command("fleet", "status", "--store", str(store)),
+                                capture_output=True, text=True, timeout=60, cwd=REPO)
+        host = (m.mountpoint / "host").read_text().strip()
+        line = next(x for x in status.stdout.splitlines() if x.startswith(host))
+        assert f" {lost:g} " in line
     finally:
         m.kill(signal.SIGTERM)

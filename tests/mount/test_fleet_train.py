@@ -32,6 +32,10 @@ from tests.conftest import (
 pytestmark = pytest.mark.mount
 
 DASK = str(Path(sys.executable).with_name("dask"))
+#: an upper bound for a policy upload: the daemon checks a policy in a subprocess
+#: importing LightGBM within 20 s, which at load 13 on this shared 2-core machine
+#: (importing lightgbm alone: 12 s) times out; the trainer uploads again 30 s later
+UPLOAD_SECONDS = 300
 
 
 def start_trainer(m: Mount, *extra: str) -> subprocess.Popen:
@@ -194,10 +198,11 @@ def test_pull_starts_a_new_host_from_the_fleet_policy(fleet_store, trained, moun
     try:
         m.start()
         assert (m.mountpoint / "host").read_text().strip() not in hosts
-        worker = start_trainer(m, "--fleet", str(store), "--max-seconds", "30")
+        worker = start_trainer(m, "--fleet", str(store), "--max-seconds", str(UPLOAD_SECONDS))
         policy = m.sub / "models" / "lgbm" / "policy"
-        wait_for(lambda: policy.exists() and policy.read_text() == expected, timeout=30,
-                 interval=0.01, what="the fleet policy uploaded to the local model")
+        wait_for(lambda: policy.exists() and policy.read_text() == expected,
+                 timeout=UPLOAD_SECONDS, interval=0.01,
+                 what="the fleet policy uploaded to the local model")
     finally:
         if worker is not None:
             end(worker)
@@ -233,10 +238,11 @@ def test_policy_whose_checksum_does_not_match_its_card_is_never_used(
             pinned.stderr
         assert not (m.sub / "models" / "lgbm").exists()  # nothing was touched
         # the newest is the tampered one: skipped, logged, the newest good one used
-        worker = start_trainer(m, "--fleet", str(store), "--max-seconds", "30")
+        worker = start_trainer(m, "--fleet", str(store), "--max-seconds", str(UPLOAD_SECONDS))
         policy = m.sub / "models" / "lgbm" / "policy"
-        wait_for(lambda: policy.exists() and policy.read_text() == text, timeout=30,
-                 interval=0.01, what="the newest good fleet policy uploaded")
+        wait_for(lambda: policy.exists() and policy.read_text() == text,
+                 timeout=UPLOAD_SECONDS, interval=0.01,
+                 what="the newest good fleet policy uploaded")
         assert policy.read_text() != tampered
     finally:
         if worker is not None:
@@ -246,3 +252,98 @@ def test_policy_whose_checksum_does_not_match_its_card_is_never_used(
             policy_file(store, bad, suffix).unlink()
     log = (m.root / "new-train.log").read_text()
     assert f"policy {bad}: sha256" in log and f"starting from fleet policy {good} " in log
+
+
+def test_a_worker_killed_mid_fit_fails_the_run_in_one_line_and_publishes_nothing(
+        fleet_store, tmp_path):
+    from distributed import Client
+
+    store, _, _ = fleet_store
+    folder = store / "policies" / "sim.readahead"
+    before = sorted(p.name for p in folder.glob("*")) if folder.exists() else []
+    port = _free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    procs: list[subprocess.Popen] = []
+    logs = [open(tmp_path / f"dask-{i}.log", "ab") for i in range(3)]  # noqa: SIM115
+    trainer = None
+    try:
+        procs.append(subprocess.Popen(
+            [DASK, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
+            stdout=logs[0], stderr=logs[0], cwd=REPO, env=env))
+        workers = {}
+        for i in (1, 2):
+            proc = subprocess.Popen(
+                [DASK, "worker", address, "--nthreads", "1", "--no-nanny", "--no-dashboard",
+                 "--host", "127.0.0.1", "--name", f"w{i}"],
+                stdout=logs[i], stderr=logs[i], cwd=REPO, env=env)
+            procs.append(proc)
+            workers[f"w{i}"] = proc
+        with Client(address, timeout=30) as watcher:
+            watcher.wait_for_workers(2, timeout=60)
+            names = {addr: w["name"] for addr, w in watcher.scheduler_info()["workers"].items()}
+            trainer = subprocess.Popen(
+                mlfs_command("fleet", "train", "--store", str(store), "--subsystem",
+                             "sim.readahead", "--scheduler", address),
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+
+            def fitting() -> str | None:
+                for addr, keys in watcher.processing().items():
+                    if any("train_part" in str(k) for k in keys):
+                        return addr
+                return None
+
+            busy = wait_for(fitting, timeout=120, interval=0.02, what="a LightGBM fit running")
+        victim = workers[names[busy]]
+        os.kill(victim.pid, signal.SIGKILL)
+        started = time.monotonic()
+        out, err = trainer.communicate(timeout=120)
+        took = time.monotonic() - started
+    finally:
+        if trainer is not None and trainer.poll() is None:
+            os.kill(trainer.pid, signal.SIGKILL)
+            trainer.wait()
+        for proc in reversed(procs):
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait()
+        for log in logs:
+            log.close()
+    assert trainer.returncode == 1, err[-3000:]
+    reason = [line for line in err.splitlines() if line.startswith("mlfs fleet train: ")]
+    assert len(reason) == 1 and "nothing published" in reason[0], err[-3000:]
+    assert "Traceback" not in err
+    assert took < 60  # not LightGBM's socket time-out, let alone its default two hours
+    after = sorted(p.name for p in folder.glob("*")) if folder.exists() else []
+    assert after == before  # no policy, no card, no temporary file
+
+
+def test_a_time_filter_that_is_not_a_time_is_refused_in_one_line(fleet_store):
+    store, _, _ = fleet_store
+    done = subprocess.run(
+        mlfs_command("fleet", "train", "--store", str(store), "--subsystem", "sim.readahead",
+                     "--since", "yesterday-ish"),
+        capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert done.returncode == 1
+    assert done.stderr.strip() == ("mlfs fleet train: 'yesterday-ish' is not a time "
+                                   "(ISO 8601, e.g. 2026-12-01T04:00Z)")
+
+
+def test_until_before_the_first_row_leaves_nothing_to_train_and_publishes_nothing(
+        fleet_store):
+    store, _, _ = fleet_store
+    folder = store / "policies" / "sim.readahead"
+    before = sorted(p.name for p in folder.glob("*")) if folder.exists() else []
+    done = subprocess.run(
+        mlfs_command("fleet", "train", "--store", str(store), "--subsystem", "sim.readahead",
+                     "--until", "2000-01-01T00:00Z"),
+        capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert done.returncode == 1
+    assert "mlfs fleet train: sim.readahead: 0 training rows; need 20" in done.stderr
+    after = sorted(p.name for p in folder.glob("*")) if folder.exists() else []
+    assert after == before
