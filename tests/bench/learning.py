@@ -29,7 +29,11 @@ from mlfs.config import load_config
 from mlfs.core.exchange import Exchange
 
 
-def run_seed(seed: int, ticks: int, fit_every: int = 200) -> dict:
+def run_seed(seed: int, ticks: int, fit_every: int = 200,
+             initial_policy: str | None = None) -> dict:
+    """One run; `initial_policy` (a fleet policy's text) is adopted and uploaded
+    before the first tick, then only corrected by feedback, as `mlfs train
+    --fleet` does (trainers/worker.py: an adopted learner never refits)."""
     config = load_config(None)
     with tempfile.TemporaryDirectory(prefix="mlfs-bench-") as state:
         exchange = Exchange(config, Path(state), [SimReadahead(seed=seed)])
@@ -39,6 +43,10 @@ def run_seed(seed: int, ticks: int, fit_every: int = 200) -> dict:
         learner = KnobLearner(runtime.info(), seed=seed)
         schedule = TrainerSchedule(learner, seed=seed)
         policy_live = False
+        if initial_policy is not None:
+            learner.adopt(initial_policy)
+            proxy.set_policy(initial_policy.encode())
+            policy_live = True
         first_recommendation = None
         within_95 = None
         started = time.perf_counter()
@@ -59,7 +67,10 @@ def run_seed(seed: int, ticks: int, fit_every: int = 200) -> dict:
                 feedback = proxy.feedback.seal_now()
                 if feedback and learner.fitted:
                     learner.correct(pq.read_table(feedback.path))
-                if learner.fit().get("fitted") and learner.knob_aware:
+                if learner.adopted:
+                    if feedback and learner.fitted:
+                        proxy.set_policy(learner.policy_text().encode())
+                elif learner.fit().get("fitted") and learner.knob_aware:
                     proxy.set_policy(learner.policy_text().encode())
                     policy_live = True
         seconds = time.perf_counter() - started
