@@ -17,23 +17,6 @@ import pytest
 
 # Transitional: branches written before tests/harness.py existed import these
 # from here; new code imports tests.harness.  Drop once every branch is merged.
-from tests.harness import (  # noqa: F401
-    FAST_CONFIG,
-    QUIET_CONFIG,
-    REPO,
-    EventStream,
-    Models,
-    Mount,
-    fuse_unavailable,
-    mlfs_command,
-    new_model,
-    read_rows,
-    sh,
-    two_subsystems,
-    unmount_everything_under,
-    wait_for,
-    write_errno,
-)
 
 
 @pytest.hookimpl(trylast=True)

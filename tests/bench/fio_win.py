@@ -74,7 +74,7 @@ from tests.bench.win_harness import (
     wait_for,
     write_attr,
 )
-from tests.conftest import Mount, fuse_unavailable
+from tests.harness import Mount, fuse_unavailable
 
 MODEL = "lgbm"
 TICK = 1.0  # fio reports once a second at most

@@ -109,7 +109,7 @@ from tests.bench.win_harness import (
     wait_for,
     write_attr,
 )
-from tests.conftest import Mount, fuse_unavailable
+from tests.harness import Mount, fuse_unavailable
 
 PHASES = ("sequential", "random", "mmap")
 PAGE = 4096

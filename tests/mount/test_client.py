@@ -11,7 +11,7 @@ import time
 import pytest
 
 from mlfs import client
-from tests.conftest import FAST_CONFIG, REPO, wait_for
+from tests.harness import FAST_CONFIG, REPO, wait_for
 
 
 def test_read_attr_strips_and_read_attr_or_falls_back(shared_mount):

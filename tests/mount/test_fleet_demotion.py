@@ -24,7 +24,7 @@ from mlfs.trainers.learner import KnobLearner
 from mlfs.abi import candidate_values
 from mlfs.fleet.push import Store
 from mlfs.fleet.train import publish
-from tests.conftest import REPO, EventStream, Mount, mlfs_command, wait_for
+from tests.harness import REPO, EventStream, Mount, mlfs_command, wait_for
 
 pytestmark = pytest.mark.mount
 

@@ -7,7 +7,7 @@ import signal
 import pytest
 
 from mlfs.config import MountConfig
-from tests.conftest import FAST_CONFIG, Mount
+from tests.harness import FAST_CONFIG, Mount
 
 pytestmark = pytest.mark.mount
 

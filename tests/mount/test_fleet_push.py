@@ -19,7 +19,7 @@ from fsspec.implementations.memory import MemoryFileSystem
 from mlfs.fleet.layout import Source, portion_number
 from mlfs.fleet.manifest import objects
 from mlfs.fleet.push import Pusher, store_key
-from tests.conftest import FAST_CONFIG, REPO, Mount, mlfs_command, new_model, wait_for
+from tests.harness import FAST_CONFIG, REPO, Mount, mlfs_command, new_model, wait_for
 
 pytestmark = pytest.mark.mount
 

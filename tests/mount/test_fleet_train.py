@@ -19,7 +19,7 @@ import pytest
 from mlfs.trainers.learner import KnobLearner
 
 from mlfs.core.verifier import verify
-from tests.conftest import (
+from tests.harness import (
     FAST_CONFIG,
     REPO,
     Mount,
