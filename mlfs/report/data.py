@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..abi import knob_column
+from ..client import list_portions, read_portion
 from ..config import ModeConfig
 from ..core.efficiency import replay
-from ..status_view import read_portion
 
 WINDOW_TICKS = ModeConfig.window_ticks  # [modes] of the default configuration
 UNSTABLE_RATIO = ModeConfig.unstable_baseline_ratio
@@ -31,7 +31,7 @@ def read_dir(directory: Path, columns: list[str] | None = None) -> list[dict]:
     import pyarrow as pa
 
     try:
-        names = sorted(n for n in os.listdir(directory) if n.endswith(".parquet"))
+        names = list_portions(directory)
     except OSError:
         return []
     rows: list[dict] = []
