@@ -4,11 +4,23 @@ The job files are in tests/bench/workloads/ (``${DIR}`` and ``${RUNTIME}``
 come from the environment).  A phase's figure is the application's own:
 fio's ``io_bytes`` (reads + writes) over fio's ``job_runtime`` of the jobs
 that are the application, summed; jobs named ``bg-*`` are load beside it
-(a backup streaming at a fixed rate) and are not counted.  A job with
-``end_fsync=1`` counts the final fsync in its runtime, so bytes parked in the
-page cache are not counted as written before they are on the device — the
-kernel's own counters (dirtied, written) would count them, or count
-writeback of earlier phases, which is why they are not the objective.
+(a backup streaming at a fixed rate) and are not counted.
+
+Write-behind: fio counts a buffered write's bytes when write(2) returns,
+i.e. once they are in the page cache, not on the device.  ``end_fsync=1``
+puts the final flush into the job's runtime (so the phase's summary is
+durable), but the per-second figure is not: a writer that parks pages under
+high dirty limits shows a high rate for seconds and pays at the end, or the
+next phase pays (measured: a policy learnt dirty_ratio 80 for the stream
+writer from that signal and ran it at x0.78 of the default, README).  So
+every measured buffered writer in the workloads flushes at a cadence
+(``fsync=N`` / ``fdatasync=N``: ``stream-write`` every 32 MiB, ``db-commit``
+every write): the bytes fio reports over a second are then at most one
+cadence ahead of the bytes on the device, which is the application's durable
+throughput, from the tool's own output (tests/core/test_fio_phases.py pins
+the cadence).  The kernel's own counters (dirtied, written) would count
+parked pages, or count writeback of earlier phases and of the background
+load, which is why they are not the objective.
 
 `FioStream` runs a phase with ``--status-interval=1`` and turns fio's
 periodic JSON (cumulative ``io_bytes`` per job) into the application's MiB/s

@@ -7,6 +7,7 @@ the background (``bg-*``) load left out.
 
 from __future__ import annotations
 
+import configparser
 import os
 import shutil
 import subprocess
@@ -60,3 +61,23 @@ def test_every_checked_in_workload_is_a_job_file_fio_accepts(tmp_path: Path) -> 
         check = subprocess.run(["fio", "--parse-only", str(path)], env=env,
                                capture_output=True, text=True)
         assert check.returncode == 0, (path.name, check.stderr)
+
+
+def test_every_measured_buffered_writer_in_the_workloads_flushes_at_a_cadence() -> None:
+    # fio counts a buffered write when it reaches the page cache: a measured
+    # job that never flushes before its end would be rewarded for parking
+    # dirty pages (tests/bench/fio_phases.py), so each flushes every N writes
+    writers = []
+    for path in sorted(WORKLOADS.glob("*.fio")):
+        ini = configparser.ConfigParser(allow_no_value=True, inline_comment_prefixes=(";",),
+                                        comment_prefixes=(";", "#"), default_section="global")
+        ini.read(path)
+        for name in ini.sections():
+            job = ini[name]
+            if name.startswith("bg-") or "write" not in job.get("rw", "") \
+                    or job.get("direct") == "1":
+                continue
+            writers.append(path.name)
+            cadence = int(job.get("fsync", 0)) or int(job.get("fdatasync", 0))
+            assert 0 < cadence <= 64, (path.name, name)
+    assert "stream-write.fio" in writers
