@@ -30,10 +30,12 @@ from mlfs.core.exchange import Exchange
 
 
 def run_seed(seed: int, ticks: int, fit_every: int = 200,
-             initial_policy: str | None = None) -> dict:
+             initial_policy: str | None = None, keep_rows: bool = False) -> dict:
     """One run; `initial_policy` (a fleet policy's text) is adopted and uploaded
     before the first tick, then only corrected by feedback, as `mlfs train
-    --fleet` does (trainers/worker.py: an adopted learner never refits)."""
+    --fleet` does (trainers/worker.py: an adopted learner never refits).
+    `keep_rows` returns the run's dataset rows too (`rows`, a pyarrow Table), e.g. to
+    ship them to a fleet store (tests/bench/fleet_quality.py)."""
     config = load_config(None)
     with tempfile.TemporaryDirectory(prefix="mlfs-bench-") as state:
         exchange = Exchange(config, Path(state), [SimReadahead(seed=seed)])
@@ -102,6 +104,8 @@ def run_seed(seed: int, ticks: int, fit_every: int = 200,
     }
     if len(rec_ticks):
         out["recommendation_mode"] = cf.score(rec_ticks).__dict__ | cf.score(rec_ticks).ratios()
+    if keep_rows:
+        out["rows"] = table
     return out
 
 
