@@ -18,8 +18,8 @@ machine, for the same question).
 Then on each held-out seed, the same ticks, the same workload, six figures:
 
 * `fleet_adopted`: the fleet policy uploaded at tick 0 and never changed (no
-  fits, no feedback corrections; the trainer's exploration schedule still steers,
-  the mode machine still decides when the policy acts);
+  feedback corrections; the trainer still reads the rows, so its exploration
+  schedule steers as usual, and the mode machine decides when the policy acts);
 * `fleet_local`: the fleet policy adopted at tick 0 and then corrected by the
   host's own feedback, as `mlfs train --fleet` does;
 * `alone`: the per-host model, learning from the host's own rows only;
@@ -108,8 +108,9 @@ def ratios(score: dict) -> dict:
 
 def held_out(seed: int, ticks: int, policy: str) -> dict:
     runs = {
-        # fit_every beyond the run: no seal, no fit, no correction -- the policy as adopted
-        "fleet_adopted": run_seed(seed, ticks, fit_every=ticks + 1, initial_policy=policy),
+        # the learner reads the rows (the exploration schedule's state) but never
+        # corrects or re-uploads: the policy as adopted
+        "fleet_adopted": run_seed(seed, ticks, initial_policy=policy, corrections=False),
         "fleet_local": run_seed(seed, ticks, initial_policy=policy),
         "alone": run_seed(seed, ticks),
     }
@@ -161,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if set(args.train_seeds) & set(args.seeds):
         parser.error("held-out seeds must not be training seeds")
-    out: dict = {"command": " ".join(["python -m tests.bench.fleet_quality", *(argv or [])]),
+    shown = sys.argv[1:] if argv is None else argv
+    out: dict = {"command": " ".join(["python -m tests.bench.fleet_quality", *shown]),
                  "load_average_at_start": os.getloadavg()}
     root = Path(tempfile.mkdtemp(prefix="mlfs-quality-", dir="/tmp"))
     try:

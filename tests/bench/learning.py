@@ -30,12 +30,15 @@ from mlfs.core.exchange import Exchange
 
 
 def run_seed(seed: int, ticks: int, fit_every: int = 200,
-             initial_policy: str | None = None, keep_rows: bool = False) -> dict:
+             initial_policy: str | None = None, keep_rows: bool = False,
+             corrections: bool = True) -> dict:
     """One run; `initial_policy` (a fleet policy's text) is adopted and uploaded
     before the first tick, then only corrected by feedback, as `mlfs train
     --fleet` does (trainers/worker.py: an adopted learner never refits).
     `keep_rows` returns the run's dataset rows too (`rows`, a pyarrow Table), e.g. to
-    ship them to a fleet store (tests/bench/fleet_quality.py)."""
+    ship them to a fleet store (tests/bench/fleet_quality.py).  `corrections=False`
+    keeps an adopted policy exactly as adopted: the learner still reads the rows (the
+    exploration schedule needs them) but never corrects or re-uploads."""
     config = load_config(None)
     with tempfile.TemporaryDirectory(prefix="mlfs-bench-") as state:
         exchange = Exchange(config, Path(state), [SimReadahead(seed=seed)])
@@ -67,6 +70,8 @@ def run_seed(seed: int, ticks: int, fit_every: int = 200,
                 if portion:
                     learner.add_dataset(pq.read_table(portion.path))
                 feedback = proxy.feedback.seal_now()
+                if learner.adopted and not corrections:
+                    continue
                 if feedback and learner.fitted:
                     learner.correct(pq.read_table(feedback.path))
                 if learner.adopted:
