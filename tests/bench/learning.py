@@ -30,10 +30,15 @@ from mlfs.core.exchange import Exchange
 
 
 def run_seed(seed: int, ticks: int, fit_every: int = 200,
-             initial_policy: str | None = None) -> dict:
+             initial_policy: str | None = None, keep_rows: bool = False,
+             corrections: bool = True) -> dict:
     """One run; `initial_policy` (a fleet policy's text) is adopted and uploaded
     before the first tick, then only corrected by feedback, as `mlfs train
-    --fleet` does (trainers/worker.py: an adopted learner never refits)."""
+    --fleet` does (trainers/worker.py: an adopted learner never refits).
+    `keep_rows` returns the run's dataset rows too (`rows`, a pyarrow Table), e.g. to
+    ship them to a fleet store (tests/bench/fleet_quality.py).  `corrections=False`
+    keeps an adopted policy exactly as adopted: the learner still reads the rows (the
+    exploration schedule needs them) but never corrects or re-uploads."""
     config = load_config(None)
     with tempfile.TemporaryDirectory(prefix="mlfs-bench-") as state:
         exchange = Exchange(config, Path(state), [SimReadahead(seed=seed)])
@@ -65,6 +70,8 @@ def run_seed(seed: int, ticks: int, fit_every: int = 200,
                 if portion:
                     learner.add_dataset(pq.read_table(portion.path))
                 feedback = proxy.feedback.seal_now()
+                if learner.adopted and not corrections:
+                    continue
                 if feedback and learner.fitted:
                     learner.correct(pq.read_table(feedback.path))
                 if learner.adopted:
@@ -102,6 +109,8 @@ def run_seed(seed: int, ticks: int, fit_every: int = 200,
     }
     if len(rec_ticks):
         out["recommendation_mode"] = cf.score(rec_ticks).__dict__ | cf.score(rec_ticks).ratios()
+    if keep_rows:
+        out["rows"] = table
     return out
 
 
