@@ -394,10 +394,17 @@ class MountProcess:
 
     def _adopt(self) -> None:
         with contextlib.suppress(OSError, ValueError):
-            pid = int((self.state_dir / "mlfs.pid").read_text().split()[0])
-            started = start_time(pid)
-            if started is not None:
-                self.pid, self.started = pid, started
+            self.adopt(int((self.state_dir / "mlfs.pid").read_text().split()[0]))
+
+    def adopt(self, pid: int) -> bool:
+        """Take `pid` (a daemon started some other way: mount(8), systemd) as this
+        mount's, with its start time, so `alive`, `send` and `stop` keep the reuse
+        guard; False (nothing changed) when no such process runs."""
+        started = start_time(pid)
+        if started is None:
+            return False
+        self.pid, self.started = pid, started
+        return True
 
     def ready(self) -> bool:
         """The mount answers: its `version` file can be read."""

@@ -108,7 +108,7 @@ def try_start(m: Mount) -> tuple[bool, str]:
     if done.returncode != 0:
         lines = (done.stderr or done.stdout).strip().splitlines()
         return False, f"exit {done.returncode}: {lines[-1][:100] if lines else ''}"
-    m.pid = int((m.state_dir / "mlfs.pid").read_text())
+    m.adopt(int((m.state_dir / "mlfs.pid").read_text()))
     return True, "mounted"
 
 

@@ -141,7 +141,7 @@ def fstype(mountpoint: Path) -> str | None:
 
 def adopt(m: Mount) -> int:
     """The daemon's pid from STATE/mlfs.pid, remembered so teardown can end it by pid."""
-    m.pid = int((m.state_dir / "mlfs.pid").read_text())
+    assert m.adopt(int((m.state_dir / "mlfs.pid").read_text()))
     return m.pid
 
 
@@ -356,7 +356,7 @@ def test_the_daemon_unit_life_cycle_replayed_without_systemd(mount_root):
     stderr = open(mount_root / "stderr", "w+b")  # noqa: SIM115 - closed below
     daemon = subprocess.Popen(start, cwd="/", stdin=subprocess.DEVNULL, env=env,
                               stdout=subprocess.DEVNULL, stderr=stderr)
-    m.pid = daemon.pid
+    assert m.adopt(daemon.pid)
     try:
         ready = notify.recv(4096).decode()
         assert ready.startswith("READY=1\n"), ready
@@ -405,7 +405,7 @@ def test_daemon_notifies_an_abstract_notify_socket_and_logs_to_a_file_outside_sy
          "--config", str(m.config_path), "--state-dir", str(m.state_dir)],
         cwd="/", stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL, env={**env, "NOTIFY_SOCKET": "@" + name})
-    m.pid = daemon.pid
+    assert m.adopt(daemon.pid)
     try:
         assert notify.recv(4096).startswith(b"READY=1\n")
         os.kill(daemon.pid, signal.SIGTERM)
