@@ -8,6 +8,9 @@ seed, same workload, the mode machine's default settings: one with
 `mlfs train MOUNT sim.readahead --fleet STORE` (pull, then keep learning
 locally), one with plain `mlfs train` (learning alone).
 
+The orchestration and the scoring are mlfs.fleet.demo's (shared with
+`mlfs demo --fleet N`); this file adds the seeds, the virtual-time run and the JSON.
+
 Per run, from the mount's own dataset (one row per tick: tick, mode, applied
 read_ahead_kb): the first tick in recommendation mode, and the first tick at
 which the trailing 500-tick window's noise-free throughput is >= 95 % of the
@@ -32,170 +35,20 @@ import argparse
 import json
 import os
 import shutil
-import signal
-import statistics
-import subprocess
 import tempfile
-import time
 from pathlib import Path
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
-from mlfs.backends.sim_replay import Counterfactuals
-
-from tests.harness import REPO, Mount, mlfs_command
-
-WINDOW = 500  # the trailing window of tests/bench/learning.py's 95 % figure
+from mlfs.fleet.demo import WINDOW, run_hosts, summary, train_round
+from tests.harness import REPO
 
 
-def config(seed: int, tick: float) -> str:
-    """The mode machine's settings are the defaults; portions seal every second and
-    none is dropped before the run is read."""
-    return f"""
-[mount]
-allow_other = true
-
-[store]
-seal_rows = 4096
-seal_seconds = 1.0
-feedback_seal_seconds = 1.0
-journal_seal_seconds = 1.0
-retention_count = 1000000
-retention_bytes = 17179869184
-
-[[subsystem]]
-backend = "sim.readahead"
-name = "sim.readahead"
-seed = {seed}
-tick_seconds = {tick}
-"""
-
-
-def dataset(m: Mount) -> pa.Table:
-    files = sorted((m.sub / "dataset").glob("*.parquet"))
-    if not files:
-        return pa.table({"tick": pa.array([], pa.int64())})
-    return pa.concat_tables(pq.read_table(f, columns=["tick", "model", "mode",
-                                                       "knob_read_ahead_kb"]) for f in files)
-
-
-def last_tick(m: Mount) -> int:
-    files = sorted((m.sub / "dataset").glob("*.parquet"))
-    if not files:
-        return -1
-    try:
-        return int(pq.read_table(files[-1], columns=["tick"]).column("tick").to_numpy().max())
-    except (OSError, ValueError):
-        return -1
-
-
-def end(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.kill(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-
-
-def score(table: pa.Table, seed: int, ticks: int) -> dict:
-    """Counted from the tick the model proxy first exists (`model` set in the
-    dataset): a trainer's start-up (imports, connecting) is a few wall seconds,
-    tens of ticks at --tick 0.05 and a few at 1 tick/s, the same for both arms."""
-    table = table.sort_by("tick")
-    tick = table.column("tick").to_numpy()
-    assert (tick == np.arange(len(tick))).all(), "the dataset lost ticks"
-    models = np.array(table.column("model").to_pylist(), dtype=object)
-    start = int(np.nonzero((models != None) & (models != ""))[0][0])  # noqa: E711
-    n = min(ticks, len(tick) - start)
-    applied_all = np.array(table.column("knob_read_ahead_kb").to_pylist())
-    cf = Counterfactuals(seed, start + n, applied_all[:start + n])
-    modes = np.array(table.column("mode").to_pylist())[start:start + n]
-    rec = np.nonzero(modes == "recommendation")[0]
-    run_c = np.convolve(cf.applied[start:], np.ones(WINDOW), "valid")
-    oracle_c = np.convolve(cf.table.max(axis=1)[start:], np.ones(WINDOW), "valid")
-    hits = np.nonzero(run_c >= 0.95 * oracle_c)[0]
-    half = np.arange(start + n // 2, start + n)
-    whole = np.arange(start, start + n)
-    first_mode = {}
-    for mode in ("collaboration", "recommendation"):
-        at = np.nonzero(modes == mode)[0]
-        first_mode[mode] = int(at[0]) if len(at) else None
-    return {
-        "seed": seed, "ticks": n, "model_created_at_tick": start,
-        "ticks_to_collaboration": first_mode["collaboration"],
-        "ticks_to_recommendation": int(rec[0]) if len(rec) else None,
-        "ticks_to_95pct_oracle": int(hits[0] + WINDOW) if len(hits) else None,
-        "mode_shares": {m: round(float((modes == m).mean()), 3) for m in sorted(set(modes))},
-        "second_half_vs_oracle": round(float(cf.applied[half].sum()
-                                             / cf.table.max(axis=1)[half].sum()), 4),
-        "whole_run_vs_oracle": round(float(cf.applied[whole].sum()
-                                           / cf.table.max(axis=1)[whole].sum()), 4),
-    }
-
-
-def run_hosts(root: Path, runs: list[tuple[str, int, list[str]]], ticks: int, tick: float,
-              store: Path | None = None) -> list[dict]:
-    """Mount and train each (name, seed, extra trainer args) side by side until `ticks`;
-    push each to `store` if given; score each."""
-    mounts, trainers, results = [], [], []
-    try:
-        for name, seed, _ in runs:
-            m = Mount(root, config=config(seed, tick), name=name)
-            mounts.append(m)
-            m.start()
-        started = time.monotonic()
-        for m, (name, _, extra) in zip(mounts, runs, strict=True):
-            log = open(root / f"{name}-train.log", "ab")  # noqa: SIM115 (the child owns it)
-            trainers.append(subprocess.Popen(
-                mlfs_command("train", str(m.mountpoint), "sim.readahead", *extra),
-                stdout=log, stderr=log, cwd=REPO))
-            log.close()
-        # the run ends `ticks` after the model proxy exists (score() counts from there)
-        began: dict[int, int] = {}
-        while len(began) < len(mounts) or min(
-                last_tick(m) - began[i] for i, m in enumerate(mounts)) < ticks + 50:
-            for i, m in enumerate(mounts):
-                if i not in began and (m.sub / "models" / "lgbm").exists():
-                    began[i] = max(0, last_tick(m))
-            time.sleep(1.0)
-            if time.monotonic() - started > ticks * tick * 6 + 300:
-                raise RuntimeError(f"{[last_tick(m) for m in mounts]} of {ticks} ticks: too slow")
-        wall = time.monotonic() - started
-        for proc in trainers:
-            end(proc)
-        for m, (name, seed, extra) in zip(mounts, runs, strict=True):
-            result = score(dataset(m), seed, ticks)
-            result.update(name=name, arm="fleet" if "--fleet" in extra else "alone",
-                          wall_seconds=round(wall, 1))
-            results.append(result)
-            print(json.dumps(result), flush=True)
-            if store is not None:
-                done = subprocess.run(
-                    mlfs_command("fleet", "push", str(m.mountpoint), "--store", str(store),
-                                 "--state-dir", str(m.state_dir), "--once"),
-                    capture_output=True, text=True, timeout=300, cwd=REPO)
-                if done.returncode:
-                    raise RuntimeError(f"push {name}: {done.stderr[-2000:]}")
-    finally:
-        for proc in trainers:
-            end(proc)
-        for m in mounts:
-            m.kill(signal.SIGTERM)
+def hosts(root: Path, runs: list[tuple[str, int, list[str]]], ticks: int, tick: float,
+          store: Path | None = None) -> list[dict]:
+    """mlfs.fleet.demo.run_hosts on this checkout's code, each result printed."""
+    results = run_hosts(root, runs, ticks, tick, store, cwd=REPO)
+    for result in results:
+        print(json.dumps(result), flush=True)
     return results
-
-
-def summary(results: list[dict], arm: str) -> dict:
-    out = {}
-    for key in ("ticks_to_recommendation", "ticks_to_95pct_oracle"):
-        values = [r[key] for r in results if r["arm"] == arm]
-        reached = [v for v in values if v is not None]
-        out[key] = {"median": statistics.median(reached) if reached else None,
-                    "range": [min(reached), max(reached)] if reached else None,
-                    "reached": f"{len(reached)}/{len(values)}"}
-    return out
 
 
 def virtual(store: Path, seeds: list[int], ticks: int) -> dict:
@@ -244,24 +97,13 @@ def main(argv: list[str] | None = None) -> int:
         store = args.store
         if store is None:
             store = root / "store"
-            out["results"] += run_hosts(
+            out["results"] += hosts(
                 root, [(f"fleet{s}", s, []) for s in args.fleet_seeds], args.host_ticks,
                 args.tick, store)
-            started = time.monotonic()
-            done = subprocess.run(
-                mlfs_command("fleet", "train", "--store", str(store), "--subsystem",
-                             "sim.readahead", "--json"),
-                capture_output=True, text=True, timeout=1800, cwd=REPO)
-            if done.returncode:
-                raise RuntimeError(done.stderr[-3000:])
-            card = json.loads(done.stdout)
-            out["fleet_train"] = {"seconds": round(time.monotonic() - started, 1),
-                                  "rows": card["rows"], "hosts": len(card["hosts"]),
-                                  "validation_mae": card["validation"]["mae"],
-                                  "version": card["version"]}
+            out["fleet_train"] = train_round(store, cwd=REPO, scratch=root)
             print(json.dumps(out["fleet_train"]), flush=True)
         for seed in args.seeds:
-            out["results"] += run_hosts(
+            out["results"] += hosts(
                 root, [(f"new{seed}", seed, ["--fleet", str(store)]),
                        (f"alone{seed}", seed, [])], args.ticks, args.tick)
             if args.json:  # partial figures survive a late stop
