@@ -28,6 +28,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -185,10 +187,13 @@ def train(url: str, subsystem: str, scheduler: str | None = None, *, folds: int 
         raise TrainError(f"{url}: no dataset rows of {subsystem}")
     filters = [("ts", op, utc(t)) for op, t in ((">=", since), ("<", until)) if t is not None]
     cluster = None
+    # a LocalCluster's workers spill into dask-scratch-space under $TMPDIR and leave it
+    # behind: give them a directory of their own and remove it with the cluster
+    scratch = None if scheduler else tempfile.mkdtemp(prefix="mlfs-fleet-train-")
     try:
         cluster = None if scheduler else LocalCluster(
             n_workers=n_workers, threads_per_worker=1, dashboard_address=None,
-            processes=True)
+            processes=True, local_directory=scratch)
         with Client(scheduler or cluster, timeout=CONNECT_TIMEOUT) as client:
             raw = dd.read_parquet(paths if store.local else
                                   [store.fs.unstrip_protocol(p) for p in paths],
@@ -248,6 +253,8 @@ def train(url: str, subsystem: str, scheduler: str | None = None, *, folds: int 
     finally:
         if cluster is not None:
             cluster.close()
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
     text = booster.model_to_string()
     gains = booster.feature_importance("gain")
     card = {
