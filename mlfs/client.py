@@ -320,6 +320,20 @@ def collect_status(mountpoint: Path | str) -> dict[str, Any]:
 
 
 # ---- running a mount ----------------------------------------------------------------------
+def end_process(proc: subprocess.Popen, timeout: float = 30.0) -> None:
+    """End a child we started, by its pid: SIGTERM, then SIGKILL after `timeout`.
+
+    A Popen's pid cannot be reused while the child is unreaped, so signalling
+    it before `wait` never reaches another process."""
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 class MountFailed(RuntimeError):
     """`mlfs mount` exited non-zero; `output` is what it printed (stdout, then stderr)."""
 

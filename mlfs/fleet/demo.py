@@ -42,7 +42,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mlfs.backends.sim_replay import Counterfactuals
-from mlfs.client import MountFailed, MountProcess
+from mlfs.client import MountFailed, MountProcess, end_process
 
 SUBSYSTEM = "sim.readahead"
 MODEL = "lgbm"
@@ -113,17 +113,6 @@ def last_tick(sub: Path) -> int:
         return int(pq.read_table(files[-1], columns=["tick"]).column("tick").to_numpy().max())
     except (OSError, ValueError):
         return -1
-
-
-def end(proc: subprocess.Popen) -> None:
-    """End a child by its pid: SIGTERM, SIGKILL after 30 s."""
-    if proc.poll() is None:
-        os.kill(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 def score(table: pa.Table, seed: int, ticks: int) -> dict:
@@ -207,7 +196,7 @@ def run_hosts(root: Path, runs: list[tuple[str, int, list[str]]], ticks: int, ti
                                    "too slow")
         wall = time.monotonic() - started
         for proc in trainers:
-            end(proc)
+            end_process(proc)
         for host, (name, seed, extra) in zip(hosts, runs, strict=True):
             result = score(dataset(host.sub), seed, ticks)
             result.update(name=name, arm="fleet" if "--fleet" in extra else "alone",
@@ -222,7 +211,7 @@ def run_hosts(root: Path, runs: list[tuple[str, int, list[str]]], ticks: int, ti
                     raise RuntimeError(f"push {name}: {done.stderr[-2000:]}")
     finally:
         for proc in trainers:
-            end(proc)
+            end_process(proc)
         for host in hosts:
             host.stop(signal.SIGTERM, timeout=30)
     return results

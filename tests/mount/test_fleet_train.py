@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from mlfs.trainers.learner import KnobLearner
 
+from mlfs.client import end_process
 from mlfs.core.verifier import verify
 from tests.harness import (
     FAST_CONFIG,
@@ -44,16 +45,6 @@ def start_trainer(m: Mount, *extra: str) -> subprocess.Popen:
         return subprocess.Popen(
             mlfs_command("train", str(m.mountpoint), "sim.readahead", *extra),
             stdout=log, stderr=log, cwd=REPO)
-
-
-def end(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.kill(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +85,7 @@ def fleet_store():
         info = json.loads((mounts[0].sub / "info").read_text())
     finally:
         for proc in trainers:
-            end(proc)
+            end_process(proc)
         for m in mounts:
             m.kill(signal.SIGTERM)
     yield store, hosts, info
@@ -205,7 +196,7 @@ def test_pull_starts_a_new_host_from_the_fleet_policy(fleet_store, trained, moun
                  what="the fleet policy uploaded to the local model")
     finally:
         if worker is not None:
-            end(worker)
+            end_process(worker)
         m.kill(signal.SIGTERM)
     log = (m.root / "new-train.log").read_text()
     assert f"starting from fleet policy {newest} " in log
@@ -246,7 +237,7 @@ def test_policy_whose_checksum_does_not_match_its_card_is_never_used(
         assert policy.read_text() != tampered
     finally:
         if worker is not None:
-            end(worker)
+            end_process(worker)
         m.kill(signal.SIGTERM)
         for suffix in ("txt", "json"):
             policy_file(store, bad, suffix).unlink()
