@@ -24,7 +24,7 @@ from mlfs.abi import KnobValue, knob_column
 
 from .clock import now_us, rfc3339
 from .durable import set_aside, write_durably
-from .efficiency import EfficiencyWindow, Settling, episode_ticks
+from .efficiency import EfficiencyWindow, Sandwich, Settling, episode_ticks, pair_span
 from .errors import Refused, busy, error_line, invalid
 from .policy import Policy, PolicyRemoved, check_in_subprocess
 from .store import PortionStore, StoreError, errno_name
@@ -135,6 +135,8 @@ class ModelProxy:
         # knobs with carry-over (Knob.settle_ticks): episodes and settling ticks
         self._settle = {name: knob.settle_ticks for name, knob in runtime.subsystem.knobs.items()}
         self.settling = Settling(self._settle)
+        self.sandwich = Sandwich()
+        self.window.max_span = pair_span(self.carry_over())
         self._episode_left = 0
         self._episode_ml = False
         self._last_transition_tick = runtime.next_tick
@@ -545,20 +547,27 @@ class ModelProxy:
             "recommendation": 1.0 - config.recommendation_probe,
         }[self.mode]
 
+    def carry_over(self) -> int:
+        """The longest carry-over (settle_ticks) of the knobs this model controls."""
+        return max((self._settle[k] for k in self.controlled), default=0)
+
     def episode_ticks(self) -> int:
         """Ticks per episode: 1, or 2k when a controlled knob carries over k ticks."""
-        return episode_ticks(max((self._settle[k] for k in self.controlled), default=0))
+        return episode_ticks(self.carry_over())
 
     def wants_ml(self) -> bool:
         """Deterministic interleaving: a credit accumulator gives the exact share.
 
         It decides per episode (`episode_ticks`, one tick unless a controlled
-        knob carries over: efficiency.py says why); a share of 0 (emergency)
-        ends an ML episode at once.
+        knob carries over: efficiency.py says why), and with carry-over the
+        episodes are sandwiched (`Sandwich`) so that some ML episodes have a
+        default episode on both sides; a share of 0 (emergency) ends an ML
+        episode at once.
         """
         share = self.share()
         if share == 0.0:
             self._episode_left = 0
+            self.sandwich.reset()
             return False
         if self._episode_left > 0:
             self._episode_left -= 1
@@ -567,6 +576,10 @@ class ModelProxy:
         self._episode_ml = self._ml_credit >= 1.0 - 1e-9
         if self._episode_ml:
             self._ml_credit -= 1.0
+        settle = self.carry_over()
+        if settle:
+            self._episode_ml = self.sandwich(self._episode_ml)
+        self.window.max_span = pair_span(settle)
         self._episode_left = self.episode_ticks() - 1
         return self._episode_ml
 

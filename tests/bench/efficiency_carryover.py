@@ -16,8 +16,17 @@ Policies: a static recommendation (read_ahead_kb 512: better in sequential
 and mmap phases, worse in strided) and the per-phase oracle (the best value
 for the phase the next tick runs in, recommended at each phase change).
 
+`--phase-ticks LO HI` shortens the simulator's phases (default 150-400
+ticks) and `--learning-share` raises the ML share in learning (default
+0.1), to reproduce the writeback experiment's training (share 0.8, k = 5,
+phases of 15 s): several ML episodes between two default episodes, phases
+shorter than that gap (mlfs/core/efficiency.py, "Phases shorter than the
+gap").
+
     .venv/bin/python -m tests.bench.efficiency_carryover [--ticks 4000] [--seeds 1 2]
         [--json docs/bench/efficiency-carryover.json]
+    .venv/bin/python -m tests.bench.efficiency_carryover --lags 5 --modes learning \
+        --phase-ticks 20 40 --learning-share 0.8 --json docs/bench/efficiency-short-phases.json
 """
 
 from __future__ import annotations
@@ -45,11 +54,17 @@ def knob_for(policy: str, sim: SimReadahead) -> int:
     return int(policy.split()[1])
 
 
-def truth(policy: str, k: int, seed: int, ticks: int) -> float:
+def simulator(seed: int, k: int, phase_ticks: tuple[int, int] | None) -> SimReadahead:
+    extra = {"phase_ticks": tuple(phase_ticks)} if phase_ticks else {}
+    return SimReadahead(seed=seed, carry_over_ticks=k, **extra)
+
+
+def truth(policy: str, k: int, seed: int, ticks: int,
+          phase_ticks: tuple[int, int] | None = None) -> float:
     """Total objective with the policy on every tick over the default on every tick."""
     totals = []
     for use_policy in (True, False):
-        sim = SimReadahead(seed=seed, carry_over_ticks=k)
+        sim = simulator(seed, k, phase_ticks)
         total = 0.0
         for _ in range(ticks):
             value = knob_for(policy, sim) if use_policy else DEFAULT_KB
@@ -58,14 +73,15 @@ def truth(policy: str, k: int, seed: int, ticks: int) -> float:
     return totals[0] / totals[1]
 
 
-def estimate(policy: str, k: int, declared: bool, mode: str, seed: int, ticks: int) -> dict:
+def estimate(policy: str, k: int, declared: bool, mode: str, seed: int, ticks: int,
+             phase_ticks: tuple[int, int] | None = None, learning_share: float = 0.1) -> dict:
     """The model's efficiency after `ticks` ticks pinned in `mode`."""
-    sim = SimReadahead(seed=seed, carry_over_ticks=k)
+    sim = simulator(seed, k, phase_ticks)
     if not declared:  # the knob carries over, but says nothing: the estimate of before
         knob = sim.knobs["read_ahead_kb"]
         sim.knobs = {"read_ahead_kb": dataclasses.replace(knob, settle_ticks=0)}
-    config = parse_config(f"[modes]\nsilence_seconds = 1e9\nwindow_ticks = {ticks}\n",
-                          "bench")
+    config = parse_config(f"[modes]\nsilence_seconds = 1e9\nwindow_ticks = {ticks}\n"
+                          f"learning_share = {learning_share}\n", "bench")
     with tempfile.TemporaryDirectory(prefix="mlfs-eff-") as state:
         rt = Exchange(config, Path(state), [sim]).runtimes[sim.name]
         try:
@@ -93,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--lags", type=int, nargs="+", default=[0, 1, 3])
     parser.add_argument("--modes", nargs="+", default=["learning", "collaboration"])
+    parser.add_argument("--phase-ticks", type=int, nargs=2, metavar=("LO", "HI"))
+    parser.add_argument("--learning-share", type=float, default=0.1)
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
     started = time.monotonic()
@@ -100,12 +118,13 @@ def main(argv: list[str] | None = None) -> int:
     for seed in args.seeds:
         for k in args.lags:
             for policy in POLICIES:
-                true = truth(policy, k, seed, args.ticks)
+                true = truth(policy, k, seed, args.ticks, args.phase_ticks)
                 for mode in args.modes:
                     row = {"seed": seed, "carry_over_ticks": k, "policy": policy,
                            "mode": mode, "truth": round(true, 4)}
                     for declared in ((False, True) if k else (False,)):
-                        got = estimate(policy, k, declared, mode, seed, args.ticks)
+                        got = estimate(policy, k, declared, mode, seed, args.ticks,
+                                       args.phase_ticks, args.learning_share)
                         row["declared" if declared else "undeclared"] = got
                     rows.append(row)
                     line = " ".join(f"{key} {row[key]['efficiency']:.3f}"
@@ -114,8 +133,9 @@ def main(argv: list[str] | None = None) -> int:
                           flush=True)
     print(f"{time.monotonic() - started:.0f} s")
     if args.json:
-        Path(args.json).write_text(json.dumps({"ticks": args.ticks, "rows": rows}, indent=1)
-                                   + "\n")
+        Path(args.json).write_text(json.dumps(
+            {"ticks": args.ticks, "phase_ticks": args.phase_ticks,
+             "learning_share": args.learning_share, "rows": rows}, indent=1) + "\n")
     return 0
 
 

@@ -18,7 +18,14 @@ from mlfs.backends.settings import SettingError
 
 from mlfs.abi import Knob, Objective, Sample, Subsystem, subsystem_problems
 from mlfs.config import parse_config
-from mlfs.core.efficiency import EfficiencyWindow, Settling, episode_ticks, replay
+from mlfs.core.efficiency import (
+    EfficiencyWindow,
+    Sandwich,
+    Settling,
+    episode_ticks,
+    pair_span,
+    replay,
+)
 from mlfs.core.exchange import Exchange, SubsystemRuntime
 from mlfs.core.proxy import ModelProxy
 
@@ -35,20 +42,36 @@ class Lagged(Subsystem):
     objective = Objective("throughput", "MB/s", "max")
     features = {"load": "float64"}
 
-    def __init__(self, lag: int, declared: int, seed: int = 2) -> None:
+    def __init__(self, lag: int, declared: int, seed: int = 2,
+                 phase_ticks: int | None = None) -> None:
         self.knobs = {"x": Knob("x", "int", 0, 0, 8, settle_ticks=declared)}
         self.felt = collections.deque([0] * lag, maxlen=lag + 1)
         self.rng = random.Random(seed)
+        # None: one phase; (lo, hi): phases of lo..hi ticks alternating between two levels
+        self.phase_ticks = phase_ticks
+        self.level, self.phase_left = 100.0, 0
+
+    def next_phase(self) -> None:
+        """100, then 2.5, and so on (as fio's stream-write at ~220 MiB/s against
+        db-commit at ~2-3 MiB/s), each phase of a random length."""
+        if self.phase_ticks:
+            self.level = 2.5 if self.level == 100.0 else 100.0
+            self.phase_left = self.rng.randint(*self.phase_ticks)
 
     def step(self, knobs):
+        if self.phase_left <= 0:
+            self.next_phase()
+        self.phase_left -= 1
         self.felt.append(knobs["x"])
-        value = 100.0 * (GAIN if self.felt[0] != 0 else 1.0)
+        value = self.level * (GAIN if self.felt[0] != 0 else 1.0)
         return Sample({"load": 1.0}, value * (1 + self.rng.gauss(0, 0.02)))
 
 
-def served(tmp_path, lag: int, declared: int) -> SubsystemRuntime:
-    config = parse_config("[modes]\nsilence_seconds = 1e9\n", "test")
-    return Exchange(config, tmp_path, [Lagged(lag, declared)]).runtimes["test.lag"]
+def served(tmp_path, lag: int, declared: int, phase_ticks: tuple[int, int] | None = None,
+           modes: str = "") -> SubsystemRuntime:
+    config = parse_config("[modes]\nsilence_seconds = 1e9\n" + modes, "test")
+    subsystem = Lagged(lag, declared, phase_ticks=phase_ticks)
+    return Exchange(config, tmp_path, [subsystem]).runtimes["test.lag"]
 
 
 def pinned(rt: SubsystemRuntime, mode: str) -> ModelProxy:
@@ -88,6 +111,56 @@ def test_an_undeclared_carry_over_fools_the_per_tick_estimate(tmp_path, mode):
 def test_a_declared_carry_over_is_measured_honestly(tmp_path, lag, mode):
     measured = efficiency(tmp_path, lag=lag, declared=lag, mode=mode, ticks=2000)
     assert measured == pytest.approx(GAIN, abs=0.03), measured
+
+
+@pytest.mark.parametrize("share", [0.8, 0.95])
+def test_phases_shorter_than_the_gap_between_default_episodes_do_not_fool_the_estimate(
+        tmp_path, share):
+    """The measured failure of docs/bench/writeback-win-2: learning share 0.8, k = 5
+    (10-tick episodes, ~40 ML ticks between two default episodes), phases whose objective
+    differs 40-fold and that last 20-40 ticks (longer than the 3k ticks a phase needs
+    to slip between a sandwich's defaults unseen).  Only the sandwiched ML episodes are
+    compared, with defaults of their own phase."""
+    rt = served(tmp_path, lag=5, declared=5, phase_ticks=(20, 40),
+                modes=f"learning_share = {share}\nwindow_ticks = 20000\n")
+    try:
+        proxy = pinned(rt, "learning")
+        for _ in range(6000):
+            rt.tick()
+        stats = proxy.window.stats()
+        assert proxy.ml_ticks == pytest.approx(6000 * share, abs=20), "the share is kept"
+        assert stats.ml_ticks >= 40, "enough sandwiched pairs to judge"
+        assert stats.efficiency == pytest.approx(GAIN, abs=0.05), stats
+    finally:
+        rt.close()
+
+
+@pytest.mark.parametrize("share", [0.1, 0.3, 0.5, 0.6, 0.8, 0.95])
+def test_sandwiching_keeps_the_share_and_puts_an_ml_episode_between_two_defaults(share):
+    sandwich, credit, decided = Sandwich(), 0.0, []
+    for _ in range(4000):
+        credit += share
+        ml = credit >= 1.0 - 1e-9
+        credit -= ml
+        decided.append(sandwich(ml))
+    assert abs(sum(decided) - 4000 * share) <= 2, "the accumulator's count, give or take one"
+    sandwiched = sum(1 for i in range(1, len(decided) - 1)
+                     if decided[i] and not decided[i - 1] and not decided[i + 1])
+    period = 2 / (1 - share) if share > 0.5 else 1 / share
+    assert sandwiched >= 4000 / period - 2, (sandwiched, period)
+
+
+def test_a_pair_whose_defaults_are_further_apart_than_its_span_is_not_counted():
+    assert pair_span(0) is None and pair_span(5) == 16
+    window = EfficiencyWindow(1000, "max", max_span=16)
+    window.add_default(0, 100.0)
+    window.add_ml(8, 130.0, "near")
+    (near,) = window.add_default(16, 100.0)
+    window.add_ml(30, 130.0, "far")
+    (far,) = window.add_default(33, 100.0)
+    assert near.stable and not far.stable, "17 ticks between the defaults"
+    assert far.baseline == 100.0, "it still gets its baseline for the feedback row"
+    assert window.stats().ml_ticks == 1
 
 
 def test_episodes_keep_each_modes_share_and_every_ml_tick_gets_a_feedback_row(tmp_path):
