@@ -351,6 +351,11 @@ def mlfs_part(args: argparse.Namespace, device: str, mnt: Path, phases: tuple[st
         info["training"]["explored"] = watch.take()
         # the proxy's paired-tick estimate after training (issue 13, item 4)
         info["training"]["efficiency"] = (mdir / "efficiency").read_text().strip()
+        if args.judge_seconds:
+            info["judged"] = judge(mdir, args.judge_seconds,
+                                   lambda: run_cycle(phases, mnt, args.train_phase, glue,
+                                                     watch, ""))
+            print(f"judged: {json.dumps(info['judged'])}", flush=True)
         write_attr(mdir / "mode", "recommendation\n")
         print(f"trained: {json.dumps(info['training'])}", flush=True)
 
@@ -386,17 +391,39 @@ def mlfs_part(args: argparse.Namespace, device: str, mnt: Path, phases: tuple[st
             mount.kill()
     base = runs["default"]
     info["conditions"] = runs
+    # equal_time: the work done in equal time per phase, sum of MiB/s over phases: what
+    # the proxy's efficiency (sum observed / sum baseline over ticks) weighs by
     info["ratio"] = {c: {**{p: (runs[c]["mib_per_s"][p] / base["mib_per_s"][p]
                                 if base["mib_per_s"][p] else 0.0) for p in phases},
-                         "overall": runs[c]["overall"] / base["overall"]}
+                         "overall": runs[c]["overall"] / base["overall"],
+                         "equal_time": (sum(runs[c]["mib_per_s"].values())
+                                        / sum(base["mib_per_s"].values()))}
                      for c in CONDITIONS}
     for c in CONDITIONS:
         print(f"  {c:12s} " + " ".join(f"{p} {runs[c]['mib_per_s'][p]:7.1f} "
                                        f"(x{info['ratio'][c][p]:.2f})" for p in phases)
-              + f" overall x{info['ratio'][c]['overall']:.2f}  knobs {runs[c]['knobs']}",
+              + f" overall x{info['ratio'][c]['overall']:.2f} equal-time "
+              f"x{info['ratio'][c]['equal_time']:.2f}  knobs {runs[c]['knobs']}",
               flush=True)
     print(f"  efficiency file: {info['efficiency']}", flush=True)
     return info
+
+
+def judge(mdir: Path, seconds: float, run_cycle) -> dict:
+    """The proxy's own estimate of the trained policy (issue 13, item 4).
+
+    The trainer has stopped; the policy it left runs in collaboration (half
+    the ticks, the other half the default, in sandwiched episodes) over the
+    training phases for `seconds`, at least the efficiency window, so that
+    the window holds only this policy's pairs.  The interleaved evaluation
+    that follows measures the same policy; the two must agree.
+    """
+    write_attr(mdir / "mode", "collaboration\n")
+    started = time.monotonic()
+    while time.monotonic() - started < seconds:
+        run_cycle()
+    return {"seconds": round(time.monotonic() - started, 1),
+            "efficiency": (mdir / "efficiency").read_text().strip()}
 
 
 def report(results: list[dict]) -> str:
@@ -423,7 +450,13 @@ def report(results: list[dict]) -> str:
     lines.append("best static per run: " + ", ".join(res["sweep"]["analysis"]["best_static"]
                                                     for res in results))
     lines.append("efficiency file per run: " + ", ".join(res.get("efficiency", "?")
-                                                        for res in results))
+                                                        for res in results)
+                 + "; after training: " + ", ".join(
+                     str(res.get("training", {}).get("efficiency")) for res in results)
+                 + "; judged in collaboration: " + ", ".join(
+                     str(res.get("judged", {}).get("efficiency")) for res in results)
+                 + "; interleaved mlfs equal-time ratio: " + ", ".join(
+                     f"x{res['ratio']['mlfs']['equal_time']:.2f}" for res in results))
     lines.append("training ticks per run: " + ", ".join(
         str(res.get("training", {}).get("ticks")) for res in results))
     return "\n".join(lines)
@@ -446,6 +479,9 @@ def main(candidate: str, argv: list[str] | None = None) -> int:
     parser.add_argument("--explore-ticks", type=int, default=5,
                         help="ticks each exploration lasts (writeback acts over seconds)")
     parser.add_argument("--learning-share", type=float, default=0.8)
+    parser.add_argument("--judge-seconds", type=float, default=0.0,
+                        help="after training, the policy in collaboration this long (at "
+                        "least the 400-tick efficiency window): the proxy's estimate of it")
     parser.add_argument("--image-mib", type=int, default=12288)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json-dir", help="write run<N>.json (and summary.txt) here")

@@ -67,6 +67,20 @@ CANDIDATES: dict[str, dict] = {
             {"dirty_expire_centisecs": 12000, "dirty_writeback_centisecs": 3000},
         ],
     },
+    # the dirty ratios where their effect is owed to no one later: a checkpointing
+    # writer (each checkpoint flushed within the visit) and scratch space (deleted,
+    # never flushed); swept only (docs/bench/dirty-sweep.md: no conflict found)
+    "dirty": {
+        "phases": ("checkpoint", "scratch"),
+        "settings": [
+            {},
+            {"dirty_background_ratio": 1, "dirty_ratio": 2},
+            {"dirty_background_ratio": 2, "dirty_ratio": 5},
+            {"dirty_background_ratio": 5, "dirty_ratio": 10},
+            {"dirty_background_ratio": 20, "dirty_ratio": 40},
+            {"dirty_background_ratio": 40, "dirty_ratio": 80},
+        ],
+    },
     "queue": {
         "phases": ("mixed-rw", "seq-read", "db-commit"),
         "settings": [
@@ -88,7 +102,7 @@ def label(setting: dict) -> str:
 
 def controller_for(candidate: str, device: str, state: Path) -> KnobController:
     """The backend's knob controller, allowed exactly the candidate's knobs."""
-    if candidate == "writeback":
+    if candidate in ("writeback", "dirty"):
         specs = {k: v for k, v in VM_SPECS.items() if k.startswith("dirty_")}
         rules = {k: (specs[k].lo, specs[k].hi) for k in specs}
         return KnobController("sweep.writeback", specs, rules, state)
