@@ -84,6 +84,10 @@ class MountConfig:
     events_streams: int = 4096
     events_blocked_reads_per_uid: int = 64
     events_blocked_reads: int = 256
+    # every other open file of the mount (attributes, portions), for every uid but
+    # root: per uid (EMFILE beyond) and for all of them (ENFILE)
+    handles_per_uid: int = 1024
+    handles: int = 8192
     # Prometheus text at http://<metrics_address>:<metrics_port>/metrics (0 = off)
     metrics_port: int = 0
     metrics_address: str = "127.0.0.1"
@@ -103,6 +107,9 @@ class MountConfig:
             raise ValueError("mount.events_streams_per_uid, events_streams: need 1 <= "
                              f"{self.events_streams_per_uid} <= {self.events_streams} "
                              "<= 1000000")
+        if not 1 <= self.handles_per_uid <= self.handles <= 1_000_000:
+            raise ValueError("mount.handles_per_uid, handles: need 1 <= "
+                             f"{self.handles_per_uid} <= {self.handles} <= 1000000")
         if not 0 <= self.events_blocked_reads_per_uid <= self.events_blocked_reads \
                 <= self.max_tasks - 2 * FREE_TASKS:
             raise ValueError("mount.events_blocked_reads_per_uid, events_blocked_reads: "

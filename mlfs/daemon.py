@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -191,9 +192,34 @@ def remembered_subsystems(state_dir: Path, configured: set[str]
     return built, problems
 
 
+#: the descriptors the daemon asks for (soft RLIMIT_NOFILE, up to the hard limit)
+WANTED_FILES = 65536
+
+
+def raise_file_limit() -> int:
+    """Raise the soft RLIMIT_NOFILE towards the hard limit; returns the soft limit in force.
+
+    The soft limit is 1,024 under systemd and most shells, while the hard
+    limit is far higher (systemd: 524,288): what every file server does.
+    Readers are bounded per uid ([mount] handles_per_uid) and portions share
+    one descriptor or mapping per portion, so this is headroom for the
+    state directory's own files, not a licence for readers.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = WANTED_FILES if hard == resource.RLIM_INFINITY else min(hard, WANTED_FILES)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            return want
+        except (ValueError, OSError) as exc:
+            log.warning("could not raise the open-file limit from %d: %s", soft, exc)
+    return soft
+
+
 def serve(mountpoint: Path, config: Config, state_dir: Path, ready_fd: int | None = None) -> int:
     """Mount and serve until unmounted or signalled; returns an exit code."""
     global _notify_socket
+    raise_file_limit()
     _notify_socket = os.environ.pop("NOTIFY_SOCKET", None)
     if ready_fd is not None:
         os.set_inheritable(ready_fd, False)

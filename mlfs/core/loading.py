@@ -36,6 +36,8 @@ _BACKEND = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 _BARE = re.compile(r"[A-Za-z0-9_.:/+-]{1,256}")
 #: bounds on one command: an operator's line, not a data upload
 MAX_SETTINGS = 32
+#: how deep a setting's TOML value may nest arrays and tables (no setting needs more than 2)
+MAX_NESTING = 8
 FILE_VERSION = 1
 
 
@@ -51,8 +53,27 @@ class Unload:
     name: str
 
 
+def _nesting(text: str) -> int:
+    """How deep `[` and `{` nest in `text` (brackets in strings count too: an upper bound)."""
+    depth = deepest = 0
+    for char in text:
+        if char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
 def parse_value(key: str, text: str) -> object:
-    """One setting's value: a TOML value, else a bare word string; EINVAL otherwise."""
+    """One setting's value: a TOML value, else a bare word string; EINVAL otherwise.
+
+    Nesting is bounded before tomllib sees the text: tomllib recurses per level,
+    and ~700 levels in a 4 KiB command raised RecursionError (EIO, no `errors`
+    line) instead of a refusal.
+    """
+    if _nesting(text) > MAX_NESTING:
+        raise invalid(f"{key}: arrays or tables nested deeper than {MAX_NESTING} levels")
     try:
         return tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:

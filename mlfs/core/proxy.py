@@ -10,6 +10,7 @@ waits for a trainer: a tick with nothing valid to apply runs the default.
 from __future__ import annotations
 
 import collections
+import errno
 import json
 import logging
 import math
@@ -117,6 +118,7 @@ class ModelProxy:
         self.feedback = PortionStore(directory / "feedback", feedback_schema(runtime), "tick",
                                      store_config.feedback(), runtime.watch, "feedback")
         self.state = "initialized"
+        self.destroyed = False  # rmdir'd: a late write must not land in a successor's files
         self.mode = "learning"
         self.pinned: str | None = None
         self.emergency_cause: str | None = None
@@ -333,6 +335,7 @@ class ModelProxy:
         self.bus.publish(self.runtime.name, "state", model=self.name, **{"from": old, "to": new})
 
     def destroy(self) -> None:
+        self.destroyed = True
         self.stop()
         self.journal.close()
         self.feedback.close()
@@ -513,6 +516,8 @@ class ModelProxy:
 
     def set_policy(self, text: bytes, policy: Policy | None = None) -> None:
         """Install a policy from `check_policy` (trio thread); empty text removes it."""
+        if self.destroyed:  # removed while its upload was being checked
+            raise Refused(errno.ENODEV, "the model was removed while its policy was checked")
         if not text:
             self.policy = None
             self._policy_path().unlink(missing_ok=True)

@@ -66,58 +66,74 @@ def _guard(handler):
 
 
 class PortionMaps:
-    """Read-only mappings of open portions, one per inode, shared by its handles.
+    """Open portions, one read-only mapping (or one descriptor) per inode, shared by its handles.
 
-    Why: pyfuse3 replies to a read from whatever buffer the handler returns
-    (fuse_reply_buf: the kernel copies it into the mount's page cache).  A
-    slice of a mapping of the state file saves the pread copy into a fresh
+    Why a mapping: pyfuse3 replies to a read from whatever buffer the handler
+    returns (fuse_reply_buf: the kernel copies it into the mount's page cache).
+    A slice of a mapping of the state file saves the pread copy into a fresh
     bytes object on every request; on a cold 282 MiB read that copy was 22%
     of the daemon's time (perf: _copy_to_iter under pread64) and the daemon's
     CPU per byte served fell by about a fifth without it.  Only the kernel
     touches the mapped bytes (get_user_pages while copying the reply), so a
     failing disk read ends as an error to the reader, never as SIGBUS in the
     daemon.  Portions are immutable and only ever unlinked or renamed, which
-    leaves a mapping valid.  One mapping per inode, not per open, bounds the
-    file pages counted in the daemon's RSS by the size of the open portions.
+    leaves a mapping valid.
+
+    Why one per inode, not per open: the file pages counted in the daemon's
+    RSS are bounded by the size of the open portions, and the daemon's
+    descriptors by their number.  A mapped portion keeps no descriptor at all
+    (the mapping holds the file); one that cannot be mapped (empty) keeps one,
+    shared.  Before, every open kept a descriptor: one unprivileged user's
+    1,008 opens of one portion took the daemon's 1,024, and root's
+    `recommend` and the store's own files got EMFILE (red-team pass 2).
     """
 
     def __init__(self) -> None:
-        self._maps: dict[int, list] = {}  # inode -> [memoryview, open handles]
+        self._open: dict[int, list] = {}  # inode -> [memoryview | None, fd, open handles]
 
-    def acquire(self, ino: int, fd: int) -> memoryview | None:
-        entry = self._maps.get(ino)
+    def acquire(self, ino: int, path) -> tuple[memoryview | None, int]:
+        """(mapping, -1) or (None, descriptor) of the portion; OSError if it cannot be opened."""
+        entry = self._open.get(ino)
         if entry is not None:
-            entry[1] += 1
-            return entry[0]
+            entry[2] += 1
+            return entry[0], entry[1]
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        view = None
         try:
-            size = os.fstat(fd).st_size
-            if size == 0:
-                return None  # an empty file cannot be mapped; pread serves it
-            view = memoryview(mmap.mmap(fd, size, prot=mmap.PROT_READ))
+            if os.fstat(fd).st_size > 0:  # an empty file cannot be mapped; pread serves it
+                view = memoryview(mmap.mmap(fd, 0, prot=mmap.PROT_READ))
         except (OSError, ValueError) as exc:
             log.warning("portion inode %d not mapped (%s); serving it with pread", ino, exc)
-            return None
-        self._maps[ino] = [view, 1]
-        return view
+        if view is not None:
+            os.close(fd)
+            fd = -1
+        self._open[ino] = [view, fd, 1]
+        return view, fd
 
     def release(self, ino: int) -> None:
-        entry = self._maps.get(ino)
+        entry = self._open.get(ino)
         if entry is None:
             return
-        entry[1] -= 1
-        if entry[1] > 0:
+        entry[2] -= 1
+        if entry[2] > 0:
             return
-        del self._maps[ino]
-        view = entry[0]
-        mapping = view.obj
-        try:
-            view.release()
-            mapping.close()
-        except BufferError:
-            pass  # a reply still holds a slice: unmapped when the last one goes
+        del self._open[ino]
+        view, fd = entry[0], entry[1]
+        if fd >= 0:
+            os.close(fd)
+        if view is not None:
+            mapping = view.obj
+            try:
+                view.release()
+                mapping.close()
+            except BufferError:
+                pass  # a reply still holds a slice: unmapped when the last one goes
+
+    def descriptors(self) -> int:
+        return sum(1 for entry in self._open.values() if entry[1] >= 0)
 
     def __len__(self) -> int:
-        return len(self._maps)
+        return len(self._open)
 
 
 @dataclass
@@ -139,6 +155,8 @@ class Handle:
     dirty: bool = False
     truncated: bool = False
     committed: bool = False
+    #: counted in the opener's `[mount] handles_per_uid` (ReaderAccounts.open_handle)
+    charged: bool = False
 
 
 class Operations(pyfuse3.Operations):
@@ -200,7 +218,12 @@ class Operations(pyfuse3.Operations):
         await self.exchange.model_control(proxy, data)
 
     async def policy(self, proxy: ModelProxy, data: bytes) -> None:
-        """Verify, check out of process and load off the trio thread, then install."""
+        """Verify, check out of process and load off the trio thread, then install.
+
+        The check takes seconds; the model may be removed meanwhile (and a new
+        one made under its name): `set_policy` refuses a destroyed proxy, so the
+        upload never lands in the new model's directory.
+        """
         try:
             loaded = None
             if data:
@@ -364,12 +387,16 @@ class Operations(pyfuse3.Operations):
         if isinstance(node, PortionFile):
             if wants_write:
                 raise pyfuse3.FUSEError(errno.EACCES)
+            self._charge_handle(ctx.uid)
             try:
-                fd = os.open(node.portion.path, os.O_RDONLY | os.O_CLOEXEC)
-            except FileNotFoundError:
-                raise pyfuse3.FUSEError(errno.ENOENT) from None
-            view = self.portion_maps.acquire(inode, fd)
-            fh = self._new_handle(Handle(node, fd=fd, view=view))
+                view, fd = self.portion_maps.acquire(inode, node.portion.path)
+            except OSError as exc:
+                self.exchange.readers.close_handle(ctx.uid)
+                if isinstance(exc, FileNotFoundError):
+                    raise pyfuse3.FUSEError(errno.ENOENT) from None
+                log.warning("portion %s not opened: %s", node.portion.path, exc)
+                raise pyfuse3.FUSEError(exc.errno or errno.EIO) from None
+            fh = self._new_handle(Handle(node, fd=fd, view=view, uid=ctx.uid, charged=True))
             return pyfuse3.FileInfo(fh=fh, direct_io=False, keep_cache=True)
         if isinstance(node, EventsFile):
             if wants_write:
@@ -383,12 +410,24 @@ class Operations(pyfuse3.Operations):
         assert isinstance(node, Attr)
         if (wants_write and node.write is None) or (wants_read and node.read is None):
             raise pyfuse3.FUSEError(errno.EACCES)
-        handle = Handle(node, truncated=bool(flags & os.O_TRUNC), uid=ctx.uid)
-        if wants_read:
-            content = node.read()
-            handle.snapshot = content.encode() if isinstance(content, str) else bytes(content)
+        self._charge_handle(ctx.uid)
+        handle = Handle(node, truncated=bool(flags & os.O_TRUNC), uid=ctx.uid, charged=True)
+        try:
+            if wants_read:
+                content = node.read()
+                handle.snapshot = content.encode() if isinstance(content, str) else bytes(content)
+        except BaseException:
+            self.exchange.readers.close_handle(ctx.uid)
+            raise
         fh = self._new_handle(handle)
         return pyfuse3.FileInfo(fh=fh, direct_io=True, keep_cache=False)
+
+    def _charge_handle(self, uid: int) -> None:
+        try:
+            self.exchange.readers.open_handle(uid)
+        except Refused as exc:
+            self._log_refusal(exc)
+            raise
 
     def _charge_stream(self, uid: int) -> None:
         try:
@@ -401,10 +440,11 @@ class Operations(pyfuse3.Operations):
         """One warning per minute at most: a refused reader may retry in a loop."""
         now = time.monotonic()
         if now - self._refusal_logged >= REFUSAL_LOG_SECONDS:
-            log.warning("events: %s refused: %s (%d refusals so far)",
+            readers = self.exchange.readers
+            log.warning("open or read refused: %s: %s (%d refusals so far)",
                         errno.errorcode.get(exc.errno, exc.errno), exc.reason,
-                        self.exchange.readers.refused_opens
-                        + self.exchange.readers.refused_reads)
+                        readers.refused_opens + readers.refused_reads
+                        + readers.refused_handles)
             self._refusal_logged = now
 
     def _notify_poller(self, handle: Handle) -> None:
@@ -488,14 +528,24 @@ class Operations(pyfuse3.Operations):
         return len(buf)
 
     async def _commit(self, handle: Handle) -> None:
+        """Commit what was written through the handle, if anything since the last commit.
+
+        FLUSH comes at every close(2) of a descriptor of the open file, also a
+        child's (exec closing an inherited O_CLOEXEC copy, a child exiting), so
+        a commit can come before the opener has written everything.  Writes after
+        a commit therefore make the handle dirty again and the next flush (the
+        opener's close) or the release commits the whole buffer again: nothing
+        written is silently dropped (a red-team upload that ran a subprocess
+        mid-way got 0 from every write and from close, and no policy).
+        """
         node = handle.node
-        if not isinstance(node, Attr) or not node.buffered or handle.committed:
+        if not isinstance(node, Attr) or not node.buffered or not handle.dirty:
             return
         if not node.alive():
             raise pyfuse3.FUSEError(errno.ENODEV)
-        if handle.dirty:
-            handle.committed = True
-            await node.write(bytes(handle.buffer))
+        handle.dirty = False
+        handle.committed = True
+        await node.write(bytes(handle.buffer))
 
     @_guard
     async def flush(self, fh):
@@ -508,21 +558,21 @@ class Operations(pyfuse3.Operations):
         handle = self._handles.pop(fh, None)
         if handle is None:
             return
-        if handle.view is not None:
+        if isinstance(handle.node, PortionFile):
             handle.view = None
-            self.portion_maps.release(handle.node.ino)
-        if handle.fd >= 0:
-            os.close(handle.fd)
+            self.portion_maps.release(handle.node.ino)  # closes the shared fd or mapping
+        if handle.charged:
+            self.exchange.readers.close_handle(handle.uid)
         if handle.subscriber is not None:
             handle.subscriber.unsubscribe()
             handle.poll_handle = None
             self.exchange.readers.close_stream(handle.uid)
         node = handle.node
-        if isinstance(node, Attr) and node.buffered and not handle.committed and node.alive():
+        if isinstance(node, Attr) and node.buffered and node.alive():
             try:
                 if handle.dirty:
                     await self._commit(handle)
-                elif handle.truncated:
+                elif handle.truncated and not handle.committed:
                     await node.write(b"")  # `: > policy` removes it
             except Refused:
                 pass  # already recorded in errors; close(2) errors are ignored anyway

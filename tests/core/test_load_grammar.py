@@ -52,3 +52,17 @@ def test_the_remembered_loads_round_trip_and_a_damaged_file_is_set_aside(tmp_pat
     assert read_remembered(tmp_path) == []
     assert not (tmp_path / "loaded.json").exists()
     assert list(tmp_path.glob("loaded.json*"))  # kept aside for the operator
+
+
+def test_a_deeply_nested_value_is_refused_with_a_reason_not_a_recursion_error():
+    """Red-team pass 2: ~700 levels in a 4 KiB `load` line made tomllib raise
+    RecursionError: EIO and no line in the root `errors`."""
+    from mlfs.core.errors import Refused
+    from mlfs.core.loading import MAX_NESTING, parse_command
+
+    for deep in ("[" * 700 + "]" * 700, "{a=" * 300 + "1" + "}" * 300):
+        with pytest.raises(Refused) as info:
+            parse_command(["load", "sim.readahead", f"seed={deep}"])
+        assert info.value.errno == errno.EINVAL
+        assert f"nested deeper than {MAX_NESTING}" in info.value.reason
+    parse_command(["load", "sim.readahead", "phases=[\"sequential\",\"strided\"]"])

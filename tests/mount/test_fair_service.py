@@ -42,6 +42,8 @@ events_streams_per_uid = 16
 events_streams = 256
 events_blocked_reads_per_uid = 10
 events_blocked_reads = 32
+handles_per_uid = 20
+handles = 30
 """
 #: the quiet configuration (nothing published unless a test causes it) with the limits
 CONFIG = QUIET_CONFIG.replace("[mount]\nallow_other = true\n", LIMITS)
@@ -200,3 +202,61 @@ print(len(poller.poll(10000)), os.read(fds[1], 4096).count(b"\\n"), flush=True)
     finally:
         end([proc])
         m.kill(signal.SIGTERM)
+
+
+HOLDER = """
+import os, sys
+fds = []
+try:
+    while True:
+        fds.append(os.open(sys.argv[1], os.O_RDONLY))
+except OSError as exc:
+    print(len(fds), exc.errno, flush=True)
+sys.stdin.read()  # hold them until the test closes stdin
+"""
+
+
+def hold(uid: int, path) -> tuple[subprocess.Popen, list[int]]:
+    """A process of `uid` opening `path` until refused, holding what it got."""
+    proc = subprocess.Popen(as_uid(uid, PYTHON, "-c", HOLDER, str(path)), text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    return proc, [int(x) for x in proc.stdout.readline().split()]
+
+
+def daemon_descriptors(m: Mount) -> int:
+    return len(os.listdir(f"/proc/{m.pid}/fd"))
+
+
+def test_nobody_holding_many_opens_costs_the_daemon_no_descriptors_and_root_stays_served(
+        limited):
+    """Red-team pass 2: 1,008 opens of one portion by nobody took the daemon's 1,024
+    descriptors; root's recommend and the store got EMFILE and every model went to
+    emergency.  Now a portion is one mapping shared by its opens, and every uid but root
+    is held to handles_per_uid (EMFILE) and all of them to handles (ENFILE)."""
+    model = new_model(limited.sub, "served")
+    sh(f"echo prepare_dataset > {limited.sub}/control")
+    portion = wait_for(lambda: sorted((limited.sub / "dataset").glob("*.parquet")),
+                       what="a portion")[0]
+    before = daemon_descriptors(limited)
+    holders = []
+    try:
+        proc, got = hold(NOBODY_UID, portion)
+        holders.append(proc)
+        assert got == [20, errno.EMFILE]
+        assert daemon_descriptors(limited) <= before + 1, "one mapping, not 20 descriptors"
+        proc, got = hold(OTHER_UIDS[0], limited.mountpoint / "metrics")
+        holders.append(proc)
+        assert got == [10, errno.ENFILE], "30 for every uid but root together"
+        assert write_errno(model / "recommend", "read_ahead_kb=512\n") == 0
+        assert (model / "mode").read_text().strip() != "emergency"
+        fds = [os.open(portion, os.O_RDONLY) for _ in range(40)]  # root: no limit
+        for fd in fds:
+            os.close(fd)
+    finally:
+        for proc in holders:
+            proc.stdin.close()
+            proc.wait(timeout=20)
+    proc, got = hold(NOBODY_UID, portion)
+    proc.stdin.close()
+    proc.wait(timeout=20)
+    assert got == [20, errno.EMFILE], "closing gives the slots back"

@@ -279,3 +279,43 @@ def test_fuzzed_policy_texts_never_crash_or_wedge_the_daemon(shared_mount, share
     assert_serving(shared_mount)
     print(f"fuzz: {outcomes} in {time.monotonic() - started:.1f} s")
     wait_for(shared_mount.alive, timeout=1, what="daemon alive")
+
+
+# ---- red-team pass 2: a flush is not the end of an upload ---------------------------
+
+def test_an_upload_whose_writer_runs_a_child_mid_way_is_installed_whole(
+        shared_mount, shared_models):
+    """A child's exec closes its O_CLOEXEC copy of the descriptor, which sends FLUSH:
+    the half written so far was committed (refused as truncated) and the rest of the
+    writes were dropped while every write and the close returned 0."""
+    model = shared_models("forking-writer")
+    valid = real_policy().encode()
+    fd = os.open(model / "policy", os.O_WRONLY | os.O_TRUNC)
+    try:
+        os.write(fd, valid[:4096])
+        subprocess.run(["true"], check=True)  # fork + exec: a FLUSH of the half
+        os.write(fd, valid[4096:])
+    finally:
+        os.close(fd)  # raises if the final commit is refused
+    assert (model / "policy").read_bytes() == valid
+    assert_serving(shared_mount)
+
+
+def test_a_policy_checked_while_its_model_is_removed_never_reaches_the_successor(
+        shared_mount, shared_models):
+    """rmdir + mkdir of the same name during the seconds of the check: the upload used to
+    return 0 and land in the new model's policy.txt, which it ran after a remount."""
+    model = shared_models("replaced")
+    valid = real_policy(rounds=40).encode()
+    outcome: list[int] = []
+    writer = threading.Thread(target=lambda: outcome.append(upload(model / "policy", valid)))
+    writer.start()
+    time.sleep(0.2)  # the check (a child process importing LightGBM) takes seconds
+    os.rmdir(model)
+    os.mkdir(model)
+    writer.join(timeout=60)
+    assert outcome in ([errno.ENODEV], [errno.ENOENT]), outcome
+    assert (model / "policy").read_bytes() == b""
+    saved = shared_mount.state_dir / shared_mount.sub.name / "models" / "replaced" / "policy.txt"
+    assert not saved.exists()
+    assert_serving(shared_mount)
