@@ -97,10 +97,14 @@ def check_in_subprocess(text: bytes) -> dict:
     if done.returncode != 0:
         tail = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["crashed"]
         raise invalid(f"policy does not load as a LightGBM model: {tail[0][:200]}")
+    # the answer is the last line: LightGBM may print its warnings to stdout before it
+    # (`objective=huber alpha:-1e-400` did, and was refused as "gave no answer")
+    lines = done.stdout.decode(errors="replace").strip().splitlines()
     try:
-        return json.loads(done.stdout)
-    except ValueError:
-        raise invalid("policy check gave no answer") from None
+        return json.loads(lines[-1])
+    except (ValueError, IndexError):
+        shown = lines[0][:200] if lines else "nothing"
+        raise invalid(f"policy check gave no answer (it printed {shown!r})") from None
 
 
 class Policy:

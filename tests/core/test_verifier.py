@@ -367,3 +367,11 @@ def test_the_check_process_runs_the_verifier_and_imports_this_package(text, tmp_
     with pytest.raises(Refused) as caught:
         policy_module.check_in_subprocess(bad.encode())
     assert caught.value.reason == "tree 0: right_child[0]=0 makes a cycle"
+
+
+def test_the_check_reads_its_answer_after_what_lightgbm_prints_to_stdout(text):
+    """Red-team pass 2: `objective=huber alpha:-1e-400` makes LightGBM print a warning
+    to stdout before the check's JSON, which was refused as "gave no answer"."""
+    odd = re.sub(r"objective=\S+", "objective=huber alpha:-1e-400 sqrt", text, count=1)
+    answer = policy_module.check_in_subprocess(odd.encode())
+    assert answer["trees"] == 3 and answer["verified"]
