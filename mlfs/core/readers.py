@@ -59,67 +59,82 @@ class ReaderStats:
     refused_reads: int
 
 
+class OpenQuota:
+    """Files of one kind open per uid, and by every uid but root together, against two limits.
+
+    Beyond `per_uid` of one uid: EMFILE ("too many open files", what it is);
+    beyond `total` of all but root: ENFILE (the system-wide form).  Root is
+    counted (for the statistics) but never refused.
+    """
+
+    def __init__(self, what: str, per_uid_key: str, total_key: str) -> None:
+        self.what, self.per_uid_key, self.total_key = what, per_uid_key, total_key
+        self.by_uid: collections.Counter[int] = collections.Counter()
+        self.others = 0  # every uid but root's
+        self.refused = 0
+
+    def open(self, uid: int, per_uid: int, total: int) -> None:
+        if uid != ROOT_UID:
+            if self.by_uid[uid] >= per_uid:
+                self.refused += 1
+                raise Refused(errno.EMFILE, f"uid {uid} has {per_uid} {self.what} open "
+                              f"([mount] {self.per_uid_key})")
+            if self.others >= total:
+                self.refused += 1
+                raise Refused(errno.ENFILE, f"{total} {self.what} are open by users other "
+                              f"than root ([mount] {self.total_key})")
+            self.others += 1
+        self.by_uid[uid] += 1
+
+    def close(self, uid: int) -> None:
+        _decrement(self.by_uid, uid)
+        if uid != ROOT_UID:
+            self.others -= 1
+
+    def count(self) -> int:
+        return sum(self.by_uid.values())
+
+
 class ReaderAccounts:
-    """Open streams and blocked reads per uid, checked against the limits.
+    """Open streams, other open files and blocked reads per uid, checked against the limits.
 
     `limits` is the `[mount]` section (`mlfs.config.MountConfig`).  FUSE-free:
-    the adapter calls `open_stream`/`close_stream` from open and release, and
-    `start_wait`/`end_wait` around a read that waits.
+    the adapter calls `open_stream`/`close_stream` and `open_handle`/
+    `close_handle` from open and release, and `start_wait`/`end_wait` around a
+    read that waits.
     """
 
     def __init__(self, limits) -> None:
         self.limits = limits
-        self._streams: collections.Counter[int] = collections.Counter()
+        self.streams = OpenQuota("events files", "events_streams_per_uid", "events_streams")
+        self.handles = OpenQuota("files of the mount", "handles_per_uid", "handles")
         self._blocked: collections.Counter[int] = collections.Counter()
-        self.other_streams = 0  # every uid but root's
         self.other_blocked = 0
         self.blocked = 0  # every uid's, root's included
-        self.refused_opens = 0
         self.refused_reads = 0
-        self._handles: collections.Counter[int] = collections.Counter()
-        self.other_handles = 0
-        self.refused_handles = 0
+
+    @property
+    def refused_opens(self) -> int:
+        """Opens of `events` files refused."""
+        return self.streams.refused
+
+    @property
+    def refused_handles(self) -> int:
+        """Opens of other files refused."""
+        return self.handles.refused
 
     def open_handle(self, uid: int) -> None:
         """Count an open of an attribute or portion, or refuse it (EMFILE / ENFILE)."""
-        if uid == ROOT_UID:
-            return
-        limits = self.limits
-        if self._handles[uid] >= limits.handles_per_uid:
-            self.refused_handles += 1
-            raise Refused(errno.EMFILE, f"uid {uid} has {limits.handles_per_uid} files of the "
-                          "mount open ([mount] handles_per_uid)")
-        if self.other_handles >= limits.handles:
-            self.refused_handles += 1
-            raise Refused(errno.ENFILE, f"{limits.handles} files of the mount are open by users "
-                          "other than root ([mount] handles)")
-        self._handles[uid] += 1
-        self.other_handles += 1
+        self.handles.open(uid, self.limits.handles_per_uid, self.limits.handles)
 
     def close_handle(self, uid: int) -> None:
-        if uid == ROOT_UID:
-            return
-        _decrement(self._handles, uid)
-        self.other_handles -= 1
+        self.handles.close(uid)
 
     def open_stream(self, uid: int) -> None:
-        limits = self.limits
-        if uid != ROOT_UID:
-            if self._streams[uid] >= limits.events_streams_per_uid:
-                self.refused_opens += 1
-                raise Refused(errno.EMFILE, f"uid {uid} has {limits.events_streams_per_uid} events "
-                              "files open ([mount] events_streams_per_uid)")
-            if self.other_streams >= limits.events_streams:
-                self.refused_opens += 1
-                raise Refused(errno.ENFILE, f"{limits.events_streams} events files are open by "
-                              "users other than root ([mount] events_streams)")
-            self.other_streams += 1
-        self._streams[uid] += 1
+        self.streams.open(uid, self.limits.events_streams_per_uid, self.limits.events_streams)
 
     def close_stream(self, uid: int) -> None:
-        _decrement(self._streams, uid)
-        if uid != ROOT_UID:
-            self.other_streams -= 1
+        self.streams.close(uid)
 
     def start_wait(self, uid: int) -> None:
         """Count a read about to wait, or refuse it (EAGAIN) if it may not."""
@@ -148,7 +163,7 @@ class ReaderAccounts:
             self.other_blocked -= 1
 
     def stats(self) -> ReaderStats:
-        return ReaderStats(sum(self._streams.values()), self.blocked, self.refused_opens,
+        return ReaderStats(self.streams.count(), self.blocked, self.refused_opens,
                            self.refused_reads)
 
 

@@ -11,7 +11,8 @@ from mlfs.core.errors import Refused
 from mlfs.core.readers import FREE_TASKS, ReaderAccounts
 
 LIMITS = MountConfig(max_tasks=64, events_streams_per_uid=3, events_streams=5,
-                     events_blocked_reads_per_uid=2, events_blocked_reads=3)
+                     events_blocked_reads_per_uid=2, events_blocked_reads=3,
+                     handles_per_uid=2, handles=3)
 
 
 def refused(fn, *args) -> int:
@@ -35,6 +36,21 @@ def test_streams_per_uid_then_for_all_others_root_unlimited():
     accounts.open_stream(1002)
     assert accounts.stats().streams == 105
     assert accounts.stats().refused_opens == 2
+
+
+def test_other_files_per_uid_then_for_all_others_root_unlimited_and_apart_from_streams():
+    accounts = ReaderAccounts(LIMITS)
+    accounts.open_handle(1000)
+    accounts.open_handle(1000)
+    assert refused(accounts.open_handle, 1000) == errno.EMFILE
+    accounts.open_handle(1001)
+    assert refused(accounts.open_handle, 1002) == errno.ENFILE
+    for _ in range(100):
+        accounts.open_handle(0)
+    accounts.open_stream(1002), accounts.open_stream(1002)  # counted apart
+    accounts.close_handle(1000)
+    accounts.open_handle(1002)
+    assert (accounts.refused_handles, accounts.refused_opens) == (2, 0)
 
 
 def test_blocked_reads_per_uid_then_for_all_others_then_the_last_free_tasks():
