@@ -160,6 +160,9 @@ def render(exchange: Exchange) -> str:
     w.metric("mlfs_event_reads_refused_total", "counter",
              "Reads of events files that could not wait under the limits (EAGAIN).",
              readers.refused_reads)
+    w.metric("mlfs_file_opens_refused_total", "counter",
+             "Opens of other files of the mount refused by [mount] handles_per_uid or handles "
+             "(EMFILE/ENFILE).", exchange.readers.refused_handles)
     w.metric("mlfs_mount_emergency_pinned", "gauge",
              "1 while the operator's mount-wide emergency pin (MOUNT/control) holds.",
              1 if exchange.emergency_pinned else 0)
@@ -224,6 +227,10 @@ def render(exchange: Exchange) -> str:
                      "z of the window's paired efficiency away from 1 (delta method, "
                      "efficiency.py; positive = ML better).",
                      stats.confidence, **labels)
+            w.metric("mlfs_model_efficiency_pairs", "gauge",
+                     "ML ticks counted in the window's efficiency (stable pairs; settling "
+                     "ticks and pairs straddling a workload change are left out).",
+                     stats.ml_ticks, **labels)
             for mode in MODES:
                 w.metric("mlfs_model_mode", "gauge", "1 for the model's current mode.",
                          1 if proxy.mode == mode else 0, mode=mode, **labels)

@@ -422,8 +422,14 @@ def judge(mdir: Path, seconds: float, run_cycle) -> dict:
     started = time.monotonic()
     while time.monotonic() - started < seconds:
         run_cycle()
-    return {"seconds": round(time.monotonic() - started, 1),
-            "efficiency": (mdir / "efficiency").read_text().strip()}
+    out = {"seconds": round(time.monotonic() - started, 1),
+           "efficiency": (mdir / "efficiency").read_text().strip()}
+    model = f'model="{mdir.name}"'
+    for line in (mdir.parents[2] / "metrics").read_text().splitlines():
+        for name in ("confidence", "pairs"):
+            if line.startswith(f"mlfs_model_efficiency_{name}{{") and model in line:
+                out[name] = float(line.rsplit(" ", 1)[1])
+    return out
 
 
 def report(results: list[dict]) -> str:

@@ -247,6 +247,7 @@ def test_nobody_holding_many_opens_costs_the_daemon_no_descriptors_and_root_stay
         proc, got = hold(OTHER_UIDS[0], limited.mountpoint / "metrics")
         holders.append(proc)
         assert got == [10, errno.ENFILE], "30 for every uid but root together"
+        assert metric(limited, "mlfs_file_opens_refused_total") == 2
         assert write_errno(model / "recommend", "read_ahead_kb=512\n") == 0
         assert (model / "mode").read_text().strip() != "emergency"
         fds = [os.open(portion, os.O_RDONLY) for _ in range(40)]  # root: no limit
