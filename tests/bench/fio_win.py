@@ -119,12 +119,24 @@ apply = {{dirty_ratio = [2, 80], dirty_background_ratio = [1, 40]}}
 }
 
 
+CONFIGS["dirty"] = CONFIGS["writeback"]  # the same knobs under other phases
+
+#: the device's rate cap per candidate (scratch_filesystem): "dirty" needs a device of
+#: one known speed, slower than the page cache, for its phases to differ
+DEVICE_CAP_MB_PER_S = {"dirty": 1000}
+
+#: the most a measured buffered writer may run ahead of its flushes, per candidate:
+#: 64 MiB (a fraction of a second at the loop's speed) keeps fio's per-second rate the
+#: durable one; "dirty"'s checkpoint flushes every 512 MiB, half a second at its cap
+MAX_UNFLUSHED_MIB = {"queue": 64, "writeback": 64, "dirty": 512}
+
 #: the knobs the experiment lets mlfs (and the sweep's best static) set: for
 #: writeback the two ratios, whose effect the sweep found robust (stream-write
 #: x1.56-1.67 at low ratios, both rounds); four knobs would make the
 #: exploration space too big for minutes of training
 WIN_KNOBS = {"queue": ("scheduler", "nr_requests"),
-             "writeback": ("dirty_ratio", "dirty_background_ratio")}
+             "writeback": ("dirty_ratio", "dirty_background_ratio"),
+             "dirty": ("dirty_ratio", "dirty_background_ratio")}
 
 
 def win_settings(candidate: str) -> list[dict]:
@@ -242,7 +254,9 @@ def one_run(args: argparse.Namespace, n: int, log: logging.Logger) -> dict:
     out: dict = {"candidate": args.candidate, "run": n, "phases": phases,
                  "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                  "args": {k: v for k, v in vars(args).items() if k != "json_dir"}}
-    with scratch_filesystem(args.image_mib) as (device, mnt):
+    cap = DEVICE_CAP_MB_PER_S.get(args.candidate, 0)
+    out["device_cap_mb_per_s"] = cap
+    with scratch_filesystem(args.image_mib, cap) as (device, mnt):
         files = knob_files(args.candidate, device)
         original = read_knobs(files)
         out["device"], out["original"] = device, original

@@ -57,9 +57,29 @@ def run(*cmd: str) -> str:
     return done.stdout.strip()
 
 
+#: the root blkio cgroup's throttle files (cgroup v1): they cap every process's I/O to
+#: a device, the flusher's writeback included
+BLKIO = Path("/sys/fs/cgroup/blkio")
+
+
+def _cap(device: str, mb_per_s: int) -> None:
+    number = Path(f"/sys/block/{Path(device).name}/dev").read_text().strip()
+    for kind in ("read", "write"):
+        (BLKIO / f"blkio.throttle.{kind}_bps_device").write_text(
+            f"{number} {mb_per_s * 1_000_000}\n")
+
+
 @contextmanager
-def scratch_filesystem(size_mib: int) -> Iterator[tuple[str, Path]]:
-    """(loop device name, mounted directory) of a fresh ext4 on a direct-io loop."""
+def scratch_filesystem(size_mib: int, cap_mb_per_s: int = 0) -> Iterator[tuple[str, Path]]:
+    """(loop device name, mounted directory) of a fresh ext4 on a direct-io loop.
+
+    `cap_mb_per_s`: the device's reads and writes capped at that rate (the root
+    blkio cgroup's throttle, which the flusher's writeback obeys too).  The
+    loop's image lives on the VM's virtual disk, whose speed wanders with the
+    host's cache (sequential reads of 36-291 MiB/s under one setting in the
+    queue sweep, random writes at memory speed on some runs): a cap below the
+    host's slowest makes it a device of one known speed.  0: no cap.
+    """
     with tempfile.TemporaryDirectory(prefix="mlfs-ra-") as tmp:
         image, mnt = Path(tmp) / "disk.img", Path(tmp) / "mnt"
         mnt.mkdir()
@@ -67,6 +87,8 @@ def scratch_filesystem(size_mib: int) -> Iterator[tuple[str, Path]]:
             fh.truncate(size_mib * MIB)
         device = run("losetup", "--find", "--show", "--direct-io=on", str(image))
         try:
+            if cap_mb_per_s:
+                _cap(device, cap_mb_per_s)
             run("mkfs.ext4", "-q", "-F", device)
             run("mount", device, str(mnt))
             try:
@@ -74,6 +96,8 @@ def scratch_filesystem(size_mib: int) -> Iterator[tuple[str, Path]]:
             finally:
                 run("umount", str(mnt))
         finally:
+            if cap_mb_per_s:
+                _cap(device, 0)  # 0 removes the rule
             run("losetup", "-d", device)
 
 

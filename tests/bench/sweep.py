@@ -69,7 +69,8 @@ CANDIDATES: dict[str, dict] = {
     },
     # the dirty ratios where their effect is owed to no one later: a checkpointing
     # writer (each checkpoint flushed within the visit) and scratch space (deleted,
-    # never flushed); swept only (docs/bench/dirty-sweep.md: no conflict found)
+    # never flushed); on the uncapped loop no conflict (docs/bench/dirty-sweep.md),
+    # on a device capped at 1 GB/s (fio_win.DEVICE_CAP_MB_PER_S) a strong one
     "dirty": {
         "phases": ("checkpoint", "scratch"),
         "settings": [
@@ -192,7 +193,7 @@ def sweep(args: argparse.Namespace) -> dict:
                     "rounds": args.rounds, "command": " ".join(["python -m tests.bench.sweep",
                                                                 *sys.argv[1:]]),
                     "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-    with scratch_filesystem(args.image_mib) as (device, mnt), \
+    with scratch_filesystem(args.image_mib, args.cap_mb_per_s) as (device, mnt), \
             tempfile.TemporaryDirectory(prefix="mlfs-sweep-") as state:
         result["device"] = device
         ctl = controller_for(args.candidate, device, Path(state))
@@ -239,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--phases", type=lambda s: s.split(","), default=None)
     parser.add_argument("--image-mib", type=int, default=12288)
+    parser.add_argument("--cap-mb-per-s", type=int, default=0,
+                        help="cap the loop device's reads and writes (blkio throttle)")
     parser.add_argument("--json", help="write the results here (and a .md beside it)")
     args = parser.parse_args(argv)
     result = sweep(args)
