@@ -129,9 +129,6 @@ class PortionMaps:
             except BufferError:
                 pass  # a reply still holds a slice: unmapped when the last one goes
 
-    def descriptors(self) -> int:
-        return sum(1 for entry in self._open.values() if entry[1] >= 0)
-
     def __len__(self) -> int:
         return len(self._open)
 
