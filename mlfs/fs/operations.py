@@ -384,7 +384,7 @@ class Operations(pyfuse3.Operations):
         if isinstance(node, PortionFile):
             if wants_write:
                 raise pyfuse3.FUSEError(errno.EACCES)
-            self._charge_handle(ctx.uid)
+            self._charge(self.exchange.readers.open_handle, ctx.uid)
             try:
                 view, fd = self.portion_maps.acquire(inode, node.portion.path)
             except OSError as exc:
@@ -398,7 +398,7 @@ class Operations(pyfuse3.Operations):
         if isinstance(node, EventsFile):
             if wants_write:
                 raise pyfuse3.FUSEError(errno.EACCES)
-            self._charge_stream(ctx.uid)
+            self._charge(self.exchange.readers.open_stream, ctx.uid)
             handle = Handle(node, pid=ctx.pid, uid=ctx.uid,
                             nonblock=bool(flags & os.O_NONBLOCK))
             handle.subscriber = self.exchange.bus.subscribe(node.subsystem)
@@ -407,7 +407,7 @@ class Operations(pyfuse3.Operations):
         assert isinstance(node, Attr)
         if (wants_write and node.write is None) or (wants_read and node.read is None):
             raise pyfuse3.FUSEError(errno.EACCES)
-        self._charge_handle(ctx.uid)
+        self._charge(self.exchange.readers.open_handle, ctx.uid)
         handle = Handle(node, truncated=bool(flags & os.O_TRUNC), uid=ctx.uid, charged=True)
         try:
             if wants_read:
@@ -419,16 +419,11 @@ class Operations(pyfuse3.Operations):
         fh = self._new_handle(handle)
         return pyfuse3.FileInfo(fh=fh, direct_io=True, keep_cache=False)
 
-    def _charge_handle(self, uid: int) -> None:
+    def _charge(self, open_one, uid: int) -> None:
+        """Count an open against the readers' limits (`ReaderAccounts.open_handle` or
+        `open_stream`); a refusal is logged (at most once a minute) and raised."""
         try:
-            self.exchange.readers.open_handle(uid)
-        except Refused as exc:
-            self._log_refusal(exc)
-            raise
-
-    def _charge_stream(self, uid: int) -> None:
-        try:
-            self.exchange.readers.open_stream(uid)
+            open_one(uid)
         except Refused as exc:
             self._log_refusal(exc)
             raise
