@@ -102,8 +102,23 @@ for carry-over knobs:
   comparing only like with like.  The other ML ticks still get their
   feedback rows (with the baseline they had).
 
+A policy that changes its mind
+------------------------------
+A policy decides every ML tick from the latest features, and some of those
+features move with the knob itself (the dirty pages under a dirty ratio).
+Its choice can then flip from tick to tick, and every ML tick settles: on
+fio's checkpoint/scratch phases a trained policy ran 248 s in collaboration
+and left 0 counted pairs (docs/bench/dirty-win-2).  A change of a carry-over
+knob cannot be measured, and does not take effect, unless it stays k ticks
+and k more, so the proxy *holds* a policy's setting (`Hold`): once the
+setting changes, it is kept for `episode_ticks(k)` ticks of uninterrupted
+policy control.  A policy that is steady within a workload phase is not
+slowed (its change at a phase boundary is taken at once if the last one is
+an episode old); a flip-flopping one changes at most once per episode.
+
 Knobs without carry-over (k = 0) keep the tick pairing unchanged: there a
-gap of 19 ML ticks in recommendation is accepted, as it always was.
+gap of 19 ML ticks in recommendation is accepted, as it always was, and a
+policy may change the knobs on every tick.
 """
 
 from __future__ import annotations
@@ -186,6 +201,31 @@ class Sandwich:
                 return True  # paid back
             self._step = 1
         return ml
+
+
+class Hold:
+    """Keeps a policy's setting for an episode after each change (see "A policy that
+    changes its mind" above).
+
+    Called once per policy tick with the policy's choice and the episode length;
+    returns the setting to apply and its prediction (None for a held setting: the
+    policy predicted another one).  A tick that follows one not decided by the
+    policy (a default, a recommendation) starts afresh: the knob changes then anyway.
+    """
+
+    def __init__(self) -> None:
+        self._knobs: Mapping[str, object] | None = None
+        self._since = self._last = -2  # tick of the last change / of the last call
+
+    def __call__(self, tick: int, knobs: Mapping[str, object], expected: float | None,
+                 episode: int) -> tuple[Mapping[str, object], float | None]:
+        uninterrupted = self._last == tick - 1
+        self._last = tick
+        if uninterrupted and knobs != self._knobs and tick - self._since < episode:
+            return dict(self._knobs), None
+        if not uninterrupted or knobs != self._knobs:
+            self._knobs, self._since = dict(knobs), tick
+        return knobs, expected
 
 
 class Settling:

@@ -25,7 +25,14 @@ from mlfs.abi import KnobValue, knob_column
 
 from .clock import now_us, rfc3339
 from .durable import set_aside, write_durably
-from .efficiency import EfficiencyWindow, Sandwich, Settling, episode_ticks, pair_span
+from .efficiency import (
+    EfficiencyWindow,
+    Hold,
+    Sandwich,
+    Settling,
+    episode_ticks,
+    pair_span,
+)
 from .errors import Refused, busy, error_line, invalid
 from .policy import Policy, PolicyRemoved, check_in_subprocess
 from .store import PortionStore, StoreError, errno_name
@@ -138,6 +145,7 @@ class ModelProxy:
         self._settle = {name: knob.settle_ticks for name, knob in runtime.subsystem.knobs.items()}
         self.settling = Settling(self._settle)
         self.sandwich = Sandwich()
+        self.hold = Hold()
         self.window.max_span = pair_span(self.carry_over())
         self._episode_left = 0
         self._episode_ml = False
@@ -614,7 +622,9 @@ class ModelProxy:
             except Exception as exc:  # a policy must never stop the tick loop
                 self._remove_policy(f"failed: {type(exc).__name__}: {str(exc)[:200]}")
                 return None
-            return Decision(knobs, expected, "policy", None)
+            if self.carry_over():
+                knobs, expected = self.hold(tick, knobs, expected, self.episode_ticks())
+            return Decision(dict(knobs), expected, "policy", None)
         return None
 
     def record(self, tick: int, ts: int, decision: Decision | None, objective: float,

@@ -300,3 +300,79 @@ def test_the_report_of_a_state_directory_shows_the_efficiency_file_with_carry_ov
         assert f"{summary['efficiency_last']:.3f}\n" == proxy.efficiency_text()
     finally:
         rt.close()
+
+
+# ---- a policy that changes its mind ------------------------------------------------------
+class Flipping(Subsystem):
+    """A feature that alternates every tick; x = 8 is right after a 1, x = 2 after a 0."""
+
+    name = "test.flip"
+    backend = "test"
+    description = "the best setting changes with every tick's feature"
+    tick_seconds = 1.0
+    objective = Objective("throughput", "MB/s", "max")
+    features = {"load": "float64"}
+
+    def __init__(self, settle: int) -> None:
+        self.knobs = {"x": Knob("x", "int", 0, 0, 8, settle_ticks=settle)}
+        self.ticks = 0
+        self.applied: list[int] = []
+
+    def step(self, knobs):
+        self.ticks += 1
+        self.applied.append(knobs["x"])
+        return Sample({"load": float(self.ticks % 2)}, 100.0)
+
+
+def flipping_policy() -> bytes:
+    """Prefers x = 8 when load is 1 and x = 2 when it is 0."""
+    import lightgbm as lgb
+    import numpy as np
+
+    from mlfs.abi import column_name, knob_column
+
+    grid = np.array([(load, x) for load in (0.0, 1.0) for x in (0, 1, 2, 4, 8)] * 20,
+                    dtype=float)
+    # load has an effect of its own, so that the trees split on it first (a pure
+    # interaction gives no single split a gain)
+    label = (1.0 + grid[:, 0]
+             + np.where(grid[:, 1] == np.where(grid[:, 0] == 1.0, 8, 2), 0.2, 0.0))
+    data = lgb.Dataset(grid, label=label, params={"verbose": -1},
+                       feature_name=[column_name("load"), knob_column("x")])
+    return lgb.train({"verbose": -1, "num_leaves": 8, "min_data_in_leaf": 1,
+                      "min_data_in_bin": 1}, data, num_boost_round=30).model_to_string().encode()
+
+
+def applied_under_policy(tmp_path, settle: int, ticks: int = 60) -> list[int]:
+    config = parse_config("[modes]\nsilence_seconds = 1e9\nrecommendation_probe = 0.0\n",
+                          "test")
+    subsystem = Flipping(settle)
+    rt = Exchange(config, tmp_path, [subsystem]).runtimes["test.flip"]
+    try:
+        proxy = rt.create_model("m")
+        proxy.start()
+        proxy.set_mode(b"recommendation\n")
+        proxy.set_policy(flipping_policy())
+        for _ in range(ticks):
+            rt.tick()
+        return subsystem.applied
+    finally:
+        rt.close()
+
+
+def test_without_carry_over_a_policy_may_change_the_knob_on_every_tick(tmp_path):
+    applied = applied_under_policy(tmp_path, settle=0)[2:]
+    assert set(applied) == {2, 8}
+    assert all(a != b for a, b in itertools.pairwise(applied)), applied
+
+
+def test_a_carry_over_knob_set_by_a_policy_is_held_for_an_episode_after_each_change(tmp_path):
+    """The flip-flopping of docs/bench/dirty-win-2's policies, which left 0 counted pairs:
+    with k = 3 the policy's setting changes at most once per 2k = 6 ticks, and it still
+    changes (the policy is not frozen)."""
+    applied = applied_under_policy(tmp_path, settle=3)
+    ml = applied[applied.index(next(x for x in applied if x)):]  # from the first ML tick
+    changes = [i for i in range(1, len(ml)) if ml[i] != ml[i - 1]]
+    assert len(changes) >= 5, ml
+    assert all(b - a >= episode_ticks(3) for a, b in itertools.pairwise(changes)), ml
+    assert set(ml) == {2, 8}
