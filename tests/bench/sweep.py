@@ -70,7 +70,9 @@ CANDIDATES: dict[str, dict] = {
     # the dirty ratios where their effect is owed to no one later: a checkpointing
     # writer (each checkpoint flushed within the visit) and scratch space (deleted,
     # never flushed); on the uncapped loop no conflict (docs/bench/dirty-sweep.md),
-    # on a device capped at 1 GB/s (fio_win.DEVICE_CAP_MB_PER_S) a strong one
+    # on a device capped at 1 GB/s (fio_win.DEVICE_CAP_MB_PER_S) an apparent one along
+    # the diagonal, which a low background ratio under a high limit serves for both
+    # (docs/bench/dirty-sweep-capped.md)
     "dirty": {
         "phases": ("checkpoint", "scratch"),
         "settings": [
@@ -80,6 +82,11 @@ CANDIDATES: dict[str, dict] = {
             {"dirty_background_ratio": 5, "dirty_ratio": 10},
             {"dirty_background_ratio": 20, "dirty_ratio": 40},
             {"dirty_background_ratio": 40, "dirty_ratio": 80},
+            # early writeback without throttling: a low background ratio under a high
+            # limit (the pairs above move both together and missed it)
+            {"dirty_background_ratio": 1, "dirty_ratio": 20},
+            {"dirty_background_ratio": 1, "dirty_ratio": 80},
+            {"dirty_background_ratio": 2, "dirty_ratio": 40},
         ],
     },
     "queue": {
