@@ -70,8 +70,8 @@ CANDIDATES: dict[str, dict] = {
     # the dirty ratios where their effect is owed to no one later: a checkpointing
     # writer (each checkpoint flushed within the visit) and scratch space (deleted,
     # never flushed); on the uncapped loop no conflict (docs/bench/dirty-sweep.md),
-    # on a device capped at 1 GB/s (fio_win.DEVICE_CAP_MB_PER_S) an apparent one along
-    # the diagonal, which a low background ratio under a high limit serves for both
+    # on a device capped at 1 GB/s (fio_win.DEVICE_CAP_MB_PER_S) a strong one, which a
+    # low background ratio under a high limit does not remove: scratch x0.82 there
     # (docs/bench/dirty-sweep-capped.md)
     "dirty": {
         "phases": ("checkpoint", "scratch"),
