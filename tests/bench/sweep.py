@@ -87,6 +87,11 @@ CANDIDATES: dict[str, dict] = {
             {"dirty_background_ratio": 1, "dirty_ratio": 20},
             {"dirty_background_ratio": 1, "dirty_ratio": 80},
             {"dirty_background_ratio": 2, "dirty_ratio": 40},
+            # the background ratio alone (the dirty_win experiment's knob)
+            {"dirty_background_ratio": 1},
+            {"dirty_background_ratio": 2},
+            {"dirty_background_ratio": 4},
+            {"dirty_background_ratio": 20},
         ],
     },
     "queue": {
