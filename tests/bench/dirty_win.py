@@ -1,11 +1,12 @@
 """Does mlfs beat the default and best static dirty ratios on checkpoints and scratch space?
 
 tests/bench/fio_win.py's experiment for the ``dirty`` candidate: the
-machine-wide vm.dirty_ratio / vm.dirty_background_ratio (linux.vm; always
-restored) under the fio phases ``checkpoint`` (512 MiB checkpoints, each
-made durable: wants writeback to start early, low ratios) and ``scratch``
-(random rewrites of a file that is deleted, never flushed: wants the
-dirty pages kept, high ratios), on a loop device capped at 1 GB/s
+machine-wide vm.dirty_background_ratio (linux.vm; always restored; the
+dirty_ratio stays at its value: fio_win.WIN_KNOBS says why) under the fio
+phases ``checkpoint`` (512 MiB checkpoints, each made durable: wants
+writeback to start early, a low background ratio) and ``scratch`` (random
+rewrites of a file that is deleted, never flushed: wants the dirty pages
+kept, no early writeback), on a loop device capped at 1 GB/s
 (fio_win.DEVICE_CAP_MB_PER_S; the VM's disk alone made the phases' speed
 wander with the host's cache).  Neither phase owes anything to the next.
 
