@@ -5,7 +5,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -68,6 +70,11 @@ def redraw(frame: str) -> str:
 def watch(mountpoint: Path, interval: float, as_json: bool = False) -> int:
     """Redraw every `interval` seconds until Ctrl-C (exit 0).  JSON: one line per refresh."""
     interval = max(0.1, interval)
+    # Ctrl-C is how a watch ends: started with SIGINT ignored (a parent that ignores it,
+    # as a non-interactive shell does for `&` jobs), Python would keep it ignored and the
+    # watch could not be stopped from its terminal
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     tty = sys.stdout.isatty()
     tracker = ModeTracker(mountpoint)
     first = True

@@ -342,7 +342,10 @@ def test_status_watch_redraws_follows_mode_events_and_exits_0_on_ctrl_c(observed
     primary, secondary = pty.openpty()
     watcher = subprocess.Popen(mlfs_command("status", str(mount.mountpoint), "--watch", "0.2"),
                                stdout=secondary, stderr=subprocess.PIPE, cwd=REPO,
-                               env={**os.environ, "TERM": "xterm", "COLUMNS": "200"})
+                               env={**os.environ, "TERM": "xterm", "COLUMNS": "200"},
+                               # started with SIGINT ignored, as by a parent that ignores
+                               # it (the suite's process did, once): Ctrl-C still ends it
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     os.close(secondary)
     screen = bytearray()
 
