@@ -608,25 +608,36 @@ class KnobLearner:
         return (tried[:, None, :] == codes[None, :, :]).all(axis=2).sum(axis=0)
 
     def explore(self, latest_features: Mapping[str, Any] | None,
-                rng: np.random.Generator) -> dict[str, KnobValue]:
+                rng: np.random.Generator, cover: int = 0) -> dict[str, KnobValue]:
         """A knob setting worth trying in learning mode; never the default one.
 
-        Before the first fit: uniform over the candidate grid.  After: an
-        upper-confidence pick, so exploration covers the knob space where it is
-        still unknown without paying again and again for settings already known
-        to be bad (which would hold the measured efficiency, and so the mode,
+        Before the first fit: uniform over the candidate grid.  After: first
+        coverage, then an upper-confidence pick.  Coverage: a candidate seen on
+        fewer than `cover` rows in states like this one (the nearest rows in
+        standardized feature space) is tried before any other, so that every
+        setting is measured at least once per kind of state (a phase); without
+        it a tree model extrapolates flat from the nearest value it saw and the
+        UCB below may never reach a setting whose gain shows only in one
+        phase (docs/bench/dirty-win-4: the 1 % background ratio never tried in
+        the checkpoint phase).  Its cost is bounded: `cover` rows per
+        candidate per state.  The schedule passes half an exploration's ticks.
+
+        The upper-confidence pick covers the knob space where it is still
+        unknown without paying again and again for settings already known to
+        be bad (which would hold the measured efficiency, and so the mode,
         down).  The score of a candidate is its prediction plus a bonus of
         `bonus` times the best prediction's magnitude, shrinking as
-        1/sqrt(1 + n) with n the times it was tried in similar states (the
-        nearest rows in standardized feature space), plus Gaussian noise of
-        `noise` times that magnitude (Thompson-like tie breaking).  Relative
-        scales, because measurement noise (what a residual RMSE would measure)
-        says nothing about what the model does not know yet.
+        1/sqrt(1 + n) with n the times it was tried in similar states, plus
+        Gaussian noise of `noise` times that magnitude (Thompson-like tie
+        breaking).  Relative scales, because measurement noise (what a
+        residual RMSE would measure) says nothing about what the model does
+        not know yet.
         """
-        return self._explore(latest_features, rng)
+        return self._explore(latest_features, rng, cover=cover)
 
     def _explore(self, latest_features: Mapping[str, Any] | None, rng: np.random.Generator,
-                 bonus: float = 0.3, noise: float = 0.05) -> dict[str, KnobValue]:
+                 bonus: float = 0.3, noise: float = 0.05, cover: int = 0
+                 ) -> dict[str, KnobValue]:
         default = np.array(self.default_setting)
         if not self._full_grid:
             # too many combinations: move a random knob off the best setting
@@ -658,6 +669,9 @@ class KnobLearner:
             scale = float(np.std(self._y)) if len(self._y) > 1 else 1.0
         scale = scale if scale > 0 else 1.0
         counts = self._local_counts(features, codes)
+        unseen = np.flatnonzero(counts < cover)
+        if len(unseen):
+            return self._decode_setting(codes[int(rng.choice(unseen))])
         score = pred + bonus * scale / np.sqrt(1.0 + counts)
         score += rng.normal(0.0, noise * scale, size=len(score))
         return self._decode_setting(codes[int(np.argmax(score))])

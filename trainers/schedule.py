@@ -86,7 +86,9 @@ class TrainerSchedule:
     def _explore(self, latest) -> Steer:
         learner = self.learner
         if learner.knob_aware:
-            knobs = learner.explore(latest, self.rng)
+            # half an exploration's ticks: at a learning share below 1 some of its
+            # ticks run the default, so a whole one may leave fewer rows than its ttl
+            knobs = learner.explore(latest, self.rng, cover=max(1, self.learning_ttl // 2))
             return Steer(knobs, learner.predict(latest, knobs), self.learning_ttl,
                          exploring=True)
         return Steer(self._near_default(), math.nan, self.learning_ttl, exploring=True)
