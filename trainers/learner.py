@@ -83,6 +83,7 @@ class KnobLearner:
         info: Mapping[str, Any],
         knobs: Sequence[str] | None = None,
         *,
+        features: Sequence[str] | None = None,
         window: int = 20_000,
         feedback_window: int = 5_000,
         lag: int = 1,
@@ -92,7 +93,14 @@ class KnobLearner:
         relative: bool = False,
     ) -> None:
         """`relative`: fit relative rather than absolute error, for a positive
-        objective spanning orders of magnitude (a real device's MiB/s)."""
+        objective spanning orders of magnitude (a real device's MiB/s).
+
+        `features`: the subsystem features the model may use (default: all).
+        Leave out those the controlled knobs themselves move within a phase,
+        above all a near-copy of the objective: rows taken under one setting
+        then carry its effect in their features, and the trees explain the
+        objective by them instead of by the knob (see docs/training.md).
+        """
         if lag not in (0, 1):
             raise ValueError("lag must be 0 or 1")
         self.info = dict(info)
@@ -106,7 +114,14 @@ class KnobLearner:
         self.knob_specs = {k: dict(all_knobs[k]) for k in self.knobs}
         # the same Knob the proxy holds, so grid and tie-break are the proxy's own
         self.knob_defs = {k: Knob.from_info(k, spec) for k, spec in self.knob_specs.items()}
-        self.features: list[str] = list(info["features"])
+        available = list(info["features"])
+        if features is not None:
+            missing = [f for f in features if f not in available]
+            if missing or not features:
+                raise ValueError(f"not features of this subsystem: {missing or 'none given'}")
+        # info order, as for the knobs
+        self.features: list[str] = [f for f in available
+                                    if features is None or f in features]
         self.feature_columns = [column_name(f) for f in self.features]
         self.knob_columns = [knob_column(k) for k in self.knobs]
         self.columns = self.feature_columns + self.knob_columns

@@ -38,7 +38,7 @@ from mlfs.trainers.schedule import LEARNING_TTL, Steer, TrainerSchedule
 from mlfs import client
 from mlfs.abi import NAME
 
-__all__ = ["run_worker"]
+__all__ = ["BadOptions", "run_worker"]
 
 FIT_MIN_ROWS = 200  # new rows before a (re)fit
 FIT_MIN_SECONDS = 2.0
@@ -49,6 +49,11 @@ RESCAN_SECONDS = 5.0  # safety net for missed events
 START_RETRY_SECONDS = 2.0
 POLL_SECONDS = 0.5
 EMERGENCY_RETRY_SECONDS = 10.0
+
+
+class BadOptions(Exception):
+    """The worker's options do not fit the subsystem (a feature it does not have):
+    the caller's mistake, which retrying cannot mend; `run_worker` raises it."""
 
 
 class _MountGone(Exception):
@@ -62,8 +67,10 @@ class _Worker:
     def __init__(self, mountpoint: str, subsystem: str, model: str, stop: threading.Event,
                  log: logging.Logger, prepare_seconds: float, seed: int,
                  learning_ttl: int = LEARNING_TTL, relative: bool = False,
-                 initial_policy: str | None = None) -> None:
+                 initial_policy: str | None = None,
+                 features: list[str] | None = None) -> None:
         self.root = Path(mountpoint)
+        self.features = features
         self.initial_policy = initial_policy  # a fleet policy to start from
         self.subsystem = subsystem
         self.model = model
@@ -149,6 +156,10 @@ class _Worker:
         info = json.loads(text)
         key = json.dumps([info.get("objective"), info.get("knobs"), info.get("features")],
                          sort_keys=True)
+        unknown = sorted(set(self.features or ()) - set(info.get("features") or {}))
+        if unknown:
+            raise BadOptions(f"{self.subsystem} has no feature {', '.join(unknown)} "
+                             f"(its features: {self.sub / 'info'})")
         self.info = info
         self.tick_seconds = float(info.get("tick_seconds") or 0.05)
         if key != self.info_key:
@@ -192,7 +203,8 @@ class _Worker:
             knobs = []
         knobs = [k for k in knobs if k in self.info.get("knobs", {})] or None
         if self.learner is None or (knobs and knobs != self.learner.knobs):
-            self.learner = KnobLearner(self.info, knobs, seed=self.seed, relative=self.relative)
+            self.learner = KnobLearner(self.info, knobs, features=self.features, seed=self.seed,
+                                       relative=self.relative)
             self.schedule = TrainerSchedule(self.learner, seed=self.seed,
                                             learning_ttl=self.learning_ttl)
             self.seen = {"dataset": set(), "feedback": set()}
@@ -616,6 +628,7 @@ def run_worker(
     learning_ttl: int = LEARNING_TTL,
     relative: bool = False,
     initial_policy: str | None = None,
+    features: list[str] | None = None,
 ) -> dict[str, Any]:
     """Train `model` on MOUNTPOINT/SUBSYSTEM until `stop` is set or `max_seconds` pass.
 
@@ -625,12 +638,15 @@ def run_worker(
     for that long (0: never), so the first models need not wait for the
     store's own sealing interval.  `learning_ttl`: ticks each exploration
     lasts; `relative`: fit relative error (`KnobLearner`), for objectives
-    spanning orders of magnitude.  Never raises on OSError from the mount.
+    spanning orders of magnitude; `features`: the subsystem features the
+    model may use (default all; `KnobLearner` says which to leave out).
+    Never raises on OSError from the mount; raises BadOptions when
+    `features` names one the subsystem does not have.
     """
     if not NAME.fullmatch(model):
         raise ValueError(f"model name {model!r} is not [a-z0-9][a-z0-9._-]{{0,63}}")
     worker = _Worker(mountpoint, subsystem, model, stop or threading.Event(), log,
-                     prepare_seconds, seed, learning_ttl, relative, initial_policy)
+                     prepare_seconds, seed, learning_ttl, relative, initial_policy, features)
     stats = worker.run(max_seconds)
     log.info("trainer done: %d fits, %d corrections, %d policies, %d recommendations, "
              "efficiency %.3f, mode %s", stats["fits"], stats["corrections"],

@@ -15,7 +15,8 @@ from .common import command
 
 EXAMPLES = """examples:
   mlfs train /mnt/mlfs sim.readahead
-  mlfs train /mnt/mlfs sda.readahead --model lgbm --relative --max-seconds 600"""
+  mlfs train /mnt/mlfs sda.readahead --model lgbm --relative --max-seconds 600
+  mlfs train /mnt/mlfs linux.vm --relative --features dirtied_mb_per_s"""
 
 
 def _missing_mountpoint(path: str) -> str | None:
@@ -45,6 +46,14 @@ def model_name(text: str) -> str:
     return text
 
 
+def feature_list(text: str) -> list[str]:
+    """--features: comma-separated feature names (checked against the subsystem's info)."""
+    names = [n.strip() for n in text.split(",")]
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"{text!r}: use NAME[,NAME...]")
+    return names
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     """Run the trainer worker until SIGINT/SIGTERM (exit 0) or --max-seconds."""
     import logging
@@ -59,7 +68,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                             format="%(asctime)s %(name)s %(levelname)s %(message)s")
     from mlfs.trainers.schedule import LEARNING_TTL
-    from mlfs.trainers.worker import run_worker
+    from mlfs.trainers.worker import BadOptions, run_worker
 
     initial = None
     if args.fleet:
@@ -83,7 +92,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         run_worker(args.mountpoint, args.subsystem, args.model, stop=stop,
                    max_seconds=args.max_seconds or None, seed=args.seed,
                    learning_ttl=args.explore_ticks or LEARNING_TTL, relative=args.relative,
-                   initial_policy=initial)
+                   initial_policy=initial, features=args.features)
+    except BadOptions as exc:
+        print(f"mlfs train: {exc}", file=sys.stderr)
+        return 2
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -102,6 +114,9 @@ def add_parser(sub) -> None:
                    help="ticks each exploration lasts (default 10)")
     p.add_argument("--relative", action="store_true",
                    help="fit relative error (objectives spanning orders of magnitude)")
+    p.add_argument("--features", type=feature_list, metavar="NAME[,NAME...]",
+                   help="the subsystem features the model may use (default all); leave out "
+                   "those the knobs themselves move, above all a copy of the objective")
     p.add_argument("--fleet", metavar="URL",
                    help="start from the newest fleet policy for the subsystem in this store "
                    "whose sha256 matches its card (docs/fleet.md)")

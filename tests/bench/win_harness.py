@@ -119,13 +119,14 @@ def wait_for(check: Callable[[], bool], timeout: float = 3.0) -> bool:
 # ---- training ----------------------------------------------------------------------------
 def train_online(mountpoint: Path, subsystem: str, model: str, run_cycle: Callable[[], None],
                  seconds: float, *, explore_ticks: int, seed: int,
-                 log: logging.Logger) -> dict:
+                 log: logging.Logger, features: list[str] | None = None) -> dict:
     """Pin `model` in learning mode and train it while `run_cycle()` repeats for `seconds`.
 
     The trainer (`run_worker`, relative error: the phases' objectives differ
     by orders of magnitude) runs in a thread; its statistics are returned
     with the wall time and the policy's size.  The model stays in learning
-    mode: the caller pins the next mode.
+    mode: the caller pins the next mode.  `features`: as `mlfs train
+    --features` (default all).
     """
     from mlfs.trainers.worker import run_worker
 
@@ -138,7 +139,8 @@ def train_online(mountpoint: Path, subsystem: str, model: str, run_cycle: Callab
     def train() -> None:
         stats.update(run_worker(str(mountpoint), subsystem, model, stop=stop,
                                 max_seconds=seconds + 60, log=log,
-                                learning_ttl=explore_ticks, relative=True, seed=seed))
+                                learning_ttl=explore_ticks, relative=True, seed=seed,
+                                features=features))
 
     trainer = threading.Thread(target=train, name="trainer", daemon=True)
     trainer.start()

@@ -190,6 +190,22 @@ def test_after_a_fit_explore_tries_every_unseen_candidate_before_the_ucb_picks()
     assert with_cover == without
 
 
+def test_a_learner_given_some_features_fits_on_them_alone_and_the_proxy_runs_it() -> None:
+    learner = KnobLearner(INFO, features=["avg_request_kb", "seq_ratio"])
+    assert learner.features == ["seq_ratio", "avg_request_kb"]  # info order
+    learner.add_dataset(make_dataset(3000, seed=51, explore_share=0.25))
+    assert learner.fit()["fitted"]
+    text = learner.policy_text()
+    assert lgb.Booster(model_str=text).feature_name() == [
+        "seq_ratio", "avg_request_kb", "knob_read_ahead_kb"]
+    rng = np.random.default_rng(6)
+    for phase, (_, best, _) in PHASES.items():
+        value, _ = proxy_argmax(text, phase_features(phase, rng))
+        assert near(value, best), (phase, value)
+    with pytest.raises(ValueError, match="no_such"):
+        KnobLearner(INFO, features=["seq_ratio", "no_such"])
+
+
 def test_goal_min_is_minimised() -> None:
     info = dict(INFO, objective={"name": "latency", "unit": "ms", "goal": "min"})
     learner = KnobLearner(info)

@@ -8,12 +8,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+import subprocess
 import threading
 
 import lightgbm as lgb
 from mlfs.trainers.worker import run_worker
 
-from tests.harness import wait_for
+from tests.harness import REPO, mlfs_command, wait_for
 
 
 def test_worker_on_a_real_mount(mount) -> None:
@@ -49,3 +50,44 @@ def test_worker_on_a_real_mount(mount) -> None:
     assert result["recommendations"] >= 1
     assert result["rejected"] == 0 and result["policy_rejected"] == 0, result
     assert (model_dir / "errors").read_text() == ""
+
+
+def test_a_worker_given_some_features_uploads_a_policy_on_those_alone(mount) -> None:
+    """`features`: the model sees only those; the proxy loads and runs such a policy."""
+    sub = mount.sub
+    model_dir = sub / "models" / "few"
+    info = json.loads((sub / "info").read_text())
+    chosen = list(info["features"])[:2]
+    stop = threading.Event()
+    result: dict = {}
+
+    def target() -> None:
+        result.update(run_worker(str(mount.mountpoint), "sim.readahead", "few", stop=stop,
+                                 max_seconds=90, log=logging.getLogger("test.train"),
+                                 features=list(reversed(chosen))))
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: model_dir.is_dir() and (model_dir / "policy").read_text(), 45,
+                 what="a policy on the mount")
+        names = lgb.Booster(model_str=(model_dir / "policy").read_text()).feature_name()
+        assert names == chosen + ["knob_read_ahead_kb"]  # in info order, whatever was asked
+        assert (model_dir / "state").read_text() == "running\n"
+    finally:
+        stop.set()
+        thread.join(10)
+    assert not thread.is_alive()
+    assert result["policies"] >= 1 and result["policy_rejected"] == 0, result
+    assert (model_dir / "errors").read_text() == ""
+
+
+def test_train_with_a_feature_the_subsystem_lacks_exits_2_with_one_line(mount) -> None:
+    real = next(iter(json.loads((mount.sub / "info").read_text())["features"]))
+    done = subprocess.run(mlfs_command("train", str(mount.mountpoint), "sim.readahead",
+                                       "--features", f"{real},no_such_feature"),
+                          capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no_such_feature" in lines[0], lines
+    assert f" {real}," not in lines[0]  # names only what is missing
