@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -118,6 +119,17 @@ class FioStream:
         self.reader = threading.Thread(target=self._read, daemon=True, name="fio")
         self.reader.start()
 
+    def kill(self) -> None:
+        """SIGTERM to fio (by its pid), which stops its jobs and waits for them: each
+        job is a process in a session of its own, out of reach of a group kill.
+        SIGKILL if it has not ended within 10 s."""
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
     def _read(self) -> None:
         assert self.proc.stdout is not None
         buf: list[str] = []
@@ -141,11 +153,16 @@ class FioStream:
             prev = (now, done)
 
     def wait(self, timeout: float) -> dict:
+        """The phase's summary; on a timeout or an interrupt (SIGTERM of a benchmark)
+        fio is stopped first, with its job processes, so that the file system under
+        them can be unmounted."""
         try:
             self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()  # by its pid
-            self.proc.wait()
+        except BaseException as exc:
+            self.kill()
+            if isinstance(exc, subprocess.TimeoutExpired):
+                raise RuntimeError(f"fio ran past {timeout:g} s: stopped") from None
+            raise
         self.reader.join(timeout=10)
         if self.last is None:
             raise RuntimeError("fio printed no report")

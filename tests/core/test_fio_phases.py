@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.bench.fio_phases import WORKLOADS, FioStream
+from tests.bench.win_harness import wait_for
 
 pytestmark = pytest.mark.skipif(shutil.which("fio") is None, reason="fio is not installed")
 
@@ -51,6 +52,34 @@ def test_stream_reports_the_application_jobs_rate_each_second_without_background
     assert 2 < summary["mib_per_s"] < 6
     assert summary["jobs"]["bg-load"]["mib_per_s"] > 10
     assert summary["bytes"] < summary["jobs"]["bg-load"]["mib_per_s"] * (1 << 20) * 3
+
+
+def children(pid: int) -> set[int]:
+    out = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and int((entry / "stat").read_text().rsplit(")", 1)[1]
+                                            .split()[1]) == pid:
+                out.add(int(entry.name))
+        except (OSError, IndexError, ValueError):
+            pass
+    return out
+
+
+def test_a_stream_cut_short_ends_fio_and_its_job_processes(tmp_path: Path) -> None:
+    """On a timeout (an interrupt takes the same path) no fio process is left
+    holding the directory: the benchmark's file system can then be unmounted."""
+    job = tmp_path / "phase.fio"
+    job.write_text(JOB)
+    stream = FioStream(job, tmp_path, 60)
+    assert wait_for(lambda: len(children(stream.proc.pid)) >= 2, 10.0)  # app and bg-load
+    jobs = children(stream.proc.pid)
+    with pytest.raises(RuntimeError, match="ran past"):
+        stream.wait(timeout=0.5)
+    assert stream.proc.returncode is not None
+    assert wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in jobs), 5.0)
+    stream.reader.join(5)
+    assert not stream.reader.is_alive()  # fio's output closed: nobody holds it
 
 
 def test_every_checked_in_workload_is_a_job_file_fio_accepts(tmp_path: Path) -> None:
