@@ -10,8 +10,11 @@ kept, no early writeback), on a loop device capped at 1 GB/s
 (fio_win.DEVICE_CAP_MB_PER_S; the VM's disk alone made the phases' speed
 wander with the host's cache).  Neither phase owes anything to the next.
 
-    .venv/bin/python -m tests.bench.dirty_win --quick
-    .venv/bin/python -m tests.bench.dirty_win --runs 3 --json-dir docs/bench/dirty-win
+The model sees one feature, the rate pages are dirtied (fio_win.MODEL_FEATURES
+says why); the defaults are the options of the README's runs (fio_win.RUN_DEFAULTS).
+
+    .venv/bin/python -m tests.bench.dirty_win --quick       # one run, ~22 minutes
+    .venv/bin/python -m tests.bench.dirty_win --runs 3 --json-dir docs/bench/dirty-win-7
 """
 
 import sys
