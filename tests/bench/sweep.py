@@ -196,7 +196,8 @@ def markdown(result: dict) -> str:
 def sweep(args: argparse.Namespace) -> dict:
     cand = CANDIDATES[args.candidate]
     phases = tuple(args.phases or cand["phases"])
-    settings = cand["settings"]
+    settings = [st for st in cand["settings"]
+                if not getattr(args, "settings", None) or label(st) in args.settings]
     values: dict[str, dict[str, list[float]]] = {label(s): {p: [] for p in phases}
                                                  for s in settings}
     jobs: dict[str, dict[str, list[dict]]] = {label(s): {p: [] for p in phases}
@@ -254,8 +255,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--image-mib", type=int, default=12288)
     parser.add_argument("--cap-mb-per-s", type=int, default=0,
                         help="cap the loop device's reads and writes (blkio throttle)")
+    parser.add_argument("--settings", type=lambda s: s.split(";"), default=None,
+                        help="only these settings' labels, ';'-separated (default "
+                        "always included), e.g. 'default;dirty_background_ratio=1'")
     parser.add_argument("--json", help="write the results here (and a .md beside it)")
     args = parser.parse_args(argv)
+    if args.settings:
+        known = {label(st) for st in CANDIDATES[args.candidate]["settings"]}
+        unknown = [x for x in args.settings if x not in known]
+        if unknown:
+            parser.error(f"not settings of {args.candidate}: {'; '.join(unknown)} "
+                         f"(known: {'; '.join(sorted(known))})")
+        args.settings.append("default")
     result = sweep(args)
     text = markdown(result)
     print(text)
