@@ -70,6 +70,12 @@ def _as_float_column(table: pa.Table, name: str) -> np.ndarray:
     )
 
 
+def missing_features(info: Mapping[str, Any], features: Sequence[str]) -> list[str]:
+    """The names in `features` that the subsystem described by `info` does not publish."""
+    available = info.get("features") or {}
+    return sorted({f for f in features if f not in available})
+
+
 class KnobLearner:
     """Learns objective = f(features at decision time, knob values) for one subsystem.
 
@@ -114,13 +120,12 @@ class KnobLearner:
         self.knob_specs = {k: dict(all_knobs[k]) for k in self.knobs}
         # the same Knob the proxy holds, so grid and tie-break are the proxy's own
         self.knob_defs = {k: Knob.from_info(k, spec) for k, spec in self.knob_specs.items()}
-        available = list(info["features"])
         if features is not None:
-            missing = [f for f in features if f not in available]
+            missing = missing_features(info, features)
             if missing or not features:
                 raise ValueError(f"not features of this subsystem: {missing or 'none given'}")
         # info order, as for the knobs
-        self.features: list[str] = [f for f in available
+        self.features: list[str] = [f for f in info["features"]
                                     if features is None or f in features]
         self.feature_columns = [column_name(f) for f in self.features]
         self.knob_columns = [knob_column(k) for k in self.knobs]

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from mlfs.trainers.learner import KnobLearner
+from mlfs.trainers.learner import KnobLearner, missing_features
 from mlfs.trainers.schedule import LEARNING_TTL, Steer, TrainerSchedule
 
 from mlfs import client
@@ -156,7 +156,7 @@ class _Worker:
         info = json.loads(text)
         key = json.dumps([info.get("objective"), info.get("knobs"), info.get("features")],
                          sort_keys=True)
-        unknown = sorted(set(self.features or ()) - set(info.get("features") or {}))
+        unknown = missing_features(info, self.features or ())
         if unknown:
             raise BadOptions(f"{self.subsystem} has no feature {', '.join(unknown)} "
                              f"(its features: {self.sub / 'info'})")

@@ -197,7 +197,7 @@ def sweep(args: argparse.Namespace) -> dict:
     cand = CANDIDATES[args.candidate]
     phases = tuple(args.phases or cand["phases"])
     settings = [st for st in cand["settings"]
-                if not getattr(args, "settings", None) or label(st) in args.settings]
+                if not args.settings or label(st) in args.settings]
     values: dict[str, dict[str, list[float]]] = {label(s): {p: [] for p in phases}
                                                  for s in settings}
     jobs: dict[str, dict[str, list[dict]]] = {label(s): {p: [] for p in phases}
