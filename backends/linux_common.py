@@ -83,6 +83,8 @@ from .linux_files import (
     read_psi,
     read_psi_file,
     read_text,
+    read_write_calls,
+    write_calls_between,
     write_text,
 )
 from .linux_knobs import KnobSpec, Rule, check_measure, describe_rules, parse_apply, read_value
@@ -104,5 +106,6 @@ __all__ = [
     "Ledger", "LinuxSubsystem", "Rule", "UnavailableError", "boot_id", "check_measure",
     "describe_rules", "describe_salvage", "entry_problem", "parse_apply", "parse_bracketed",
     "process_start", "rate", "read_key_values", "read_psi", "read_psi_file", "read_text",
-    "read_value", "recover", "restore_entry", "restore_state_dir", "salvage", "write_text",
+    "read_value", "read_write_calls", "recover", "restore_entry", "restore_state_dir", "salvage",
+    "write_calls_between", "write_text",
 ]

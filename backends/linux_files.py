@@ -72,6 +72,45 @@ def read_key_values(path: str | Path) -> dict[str, int]:
     return out
 
 
+def read_write_calls(proc: str | Path = "/proc") -> dict[int, tuple[int, int]]:
+    """{pid: (wchar, syscw)} of every process /proc/<pid>/io lets us read.
+
+    wchar is the bytes a process handed to write(2) and its kin (pwrite,
+    writev...), syscw how many such calls it made, both since it started and
+    summed over its threads.  A process that is gone, or whose io file we may
+    not read (another user's, for an unprivileged caller), is left out.
+    """
+    out: dict[int, tuple[int, int]] = {}
+    for entry in os.scandir(proc):
+        if not entry.name.isdigit():
+            continue
+        try:
+            values = read_key_values(f"{entry.path}/io")
+        except OSError:
+            continue
+        if "wchar" in values and "syscw" in values:
+            out[int(entry.name)] = (values["wchar"], values["syscw"])
+    return out
+
+
+def write_calls_between(before: dict[int, tuple[int, int]],
+                        after: dict[int, tuple[int, int]]) -> tuple[int, int]:
+    """(bytes, calls) of write(2) made between two `read_write_calls`.
+
+    A process present in both counts its increase; one that started in
+    between (or whose counters went backwards: its pid was reused) counts
+    all of its own; one that ended in between is not seen, nor its last writes.
+    """
+    nbytes = ncalls = 0
+    for pid, (wchar, syscw) in after.items():
+        old = before.get(pid)
+        if old is not None and wchar >= old[0] and syscw >= old[1]:
+            wchar, syscw = wchar - old[0], syscw - old[1]
+        nbytes += wchar
+        ncalls += syscw
+    return nbytes, ncalls
+
+
 _PSI_KEYS = ("avg10", "avg60", "avg300", "total")
 
 

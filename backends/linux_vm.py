@@ -14,6 +14,15 @@ applied; rates are per second):
   what all block devices read and wrote, O_DIRECT included, so a phase of
   uncached reads is told apart from one of writes whatever the dirty
   settings);
+- from /proc/<pid>/io (wchar, syscw) summed over the processes:
+  ``write_kb_per_call`` (KiB per write(2) call, 0 with no calls) and
+  ``write_calls_per_s``.  The size of an application's writes is its own
+  choice, which no vm knob changes, while every kernel-side rate above moves
+  with the dirty limits (a writer throttled by them dirties, writes back and
+  stalls differently); so it tells a phase of 1 MiB checkpoint writes from
+  one of 64 KiB scratch writes under any setting.  A process that ends
+  within a window is not counted; an unprivileged daemon sees its user's
+  processes only;
 - gauges: ``dirty_mb``, ``writeback_mb`` (/proc/meminfo Dirty, Writeback),
   ``dirty_threshold_mb`` (vmstat nr_dirty_threshold: what dirty_ratio
   means in bytes right now), ``mem_available_frac`` (MemAvailable /
@@ -78,6 +87,8 @@ from .linux_common import (
     rate,
     read_key_values,
     read_psi,
+    read_write_calls,
+    write_calls_between,
 )
 from .settings import (
     MAX_TICK_SECONDS,
@@ -141,6 +152,8 @@ FEATURES: dict[str, str] = {
     "written_mb_per_s": "float64",
     "block_read_mb_per_s": "float64",
     "block_write_mb_per_s": "float64",
+    "write_kb_per_call": "float64",
+    "write_calls_per_s": "float64",
     "dirty_mb": "float64",
     "writeback_mb": "float64",
     "dirty_threshold_mb": "float64",
@@ -172,6 +185,7 @@ class LinuxVM(LinuxSubsystem):
         **{name: "1/s" for name in _VMSTAT_RATES},
         "dirtied_mb_per_s": "MB/s", "written_mb_per_s": "MB/s", "dirty_mb": "MB",
         "block_read_mb_per_s": "MB/s", "block_write_mb_per_s": "MB/s",
+        "write_kb_per_call": "KiB", "write_calls_per_s": "1/s",
         "writeback_mb": "MB", "dirty_threshold_mb": "MB",
         **{f"psi_{r}_{k}_avg10": "%" for r in PSI_RESOURCES for k in ("some", "full")},
         **{f"psi_{r}_{k}_stall_us_per_s": "us/s" for r in PSI_RESOURCES
@@ -200,7 +214,8 @@ class LinuxVM(LinuxSubsystem):
         except OSError:
             return None
         psi = {r: read_psi(r) for r in PSI_RESOURCES}
-        return {"vmstat": vmstat, "meminfo": meminfo, "psi": psi}
+        return {"vmstat": vmstat, "meminfo": meminfo, "psi": psi,
+                "writes": read_write_calls()}
 
     def derive(self, before: dict, after: dict, seconds: float) -> dict[str, float]:
         v0, v1, mem = before["vmstat"], after["vmstat"], after["meminfo"]
@@ -213,6 +228,9 @@ class LinuxVM(LinuxSubsystem):
         # pgpgin/pgpgout count KiB of bios submitted (every block device)
         out["block_read_mb_per_s"] = rate(v0, v1, "pgpgin", seconds) * 1024 / 1e6
         out["block_write_mb_per_s"] = rate(v0, v1, "pgpgout", seconds) * 1024 / 1e6
+        nbytes, ncalls = write_calls_between(before["writes"], after["writes"])
+        out["write_kb_per_call"] = nbytes / ncalls / 1024 if ncalls else 0.0
+        out["write_calls_per_s"] = ncalls / seconds
         out["dirty_mb"] = mem.get("Dirty", 0) * 1024 / 1e6
         out["writeback_mb"] = mem.get("Writeback", 0) * 1024 / 1e6
         out["dirty_threshold_mb"] = v1.get("nr_dirty_threshold", 0) * mb

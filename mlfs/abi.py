@@ -33,6 +33,7 @@ LightGBM): a third-party backend and the trainer both import it.
 from __future__ import annotations
 
 import abc
+import collections
 import math
 import re
 from collections.abc import Mapping
@@ -145,6 +146,36 @@ class Knob:
         return cls(name, "int", int(default), None if lo is None else int(lo),
                    None if hi is None else int(hi), unit=str(spec.get("unit", "")),
                    settle_ticks=settle)
+
+
+class Settling:
+    """Tells settling ticks: a carry-over knob changed within its `settle_ticks`.
+
+    `settle` maps a knob (or dataset column) to its settle ticks; knobs with
+    0 are ignored.  Until k values of a knob were seen, its ticks count as
+    settling (its value before is unknown).  The one rule for what
+    `Knob.settle_ticks` means tick by tick: the proxy leaves these ticks out
+    of its efficiency (mlfs/core/efficiency.py) and the trainer out of its fit
+    (trainers/learner.py), since both would otherwise credit a setting with
+    what the previous one left behind.
+    """
+
+    def __init__(self, settle: Mapping[str, int]) -> None:
+        self._recent = {name: collections.deque(maxlen=k)
+                        for name, k in settle.items() if k > 0}
+
+    def __bool__(self) -> bool:
+        return bool(self._recent)
+
+    def __call__(self, knobs: Mapping[str, object]) -> bool:
+        """Is the tick run with `knobs` settling?  (Call once per tick, in order.)"""
+        settling = False
+        for name, recent in self._recent.items():
+            value = knobs.get(name)
+            if len(recent) < recent.maxlen or any(v != value for v in recent):
+                settling = True
+            recent.append(value)
+        return settling
 
 
 @dataclass(frozen=True)
@@ -338,7 +369,7 @@ __all__ = [
     "ABI_VERSION", "ENTRY_POINT_GROUP", "EXTRA_APPLIED", "EXTRA_FOREIGN", "EXTRA_REFUSED",
     "Knob", "KnobValue", "KnobValueError", "MAX_SETTLE", "MAX_VALUES_PER_KNOB", "NAME",
     "NAME_RULE",
-    "Objective", "Sample", "Subsystem", "candidate_values", "column_name",
+    "Objective", "Sample", "Settling", "Subsystem", "candidate_values", "column_name",
     "distance_from_default", "knob_column", "subsystem_problems", "CORE_COLUMNS",
     "FEATURE_TYPES",
 ]

@@ -42,6 +42,7 @@ import pyarrow as pa
 from mlfs.abi import (
     Knob,
     KnobValue,
+    Settling,
     candidate_values,
     column_name,
     distance_from_default,
@@ -163,6 +164,9 @@ class KnobLearner:
             self.params["objective"] = "gamma"
         self.params.update(params or {})
 
+        #: carry-over per controlled knob (`Knob.settle_ticks`): rows taken while a
+        #: change settles are left out of the fit (`_settled`)
+        self.settle: dict[str, int] = {k: self.knob_defs[k].settle_ticks for k in self.knobs}
         self.grids: list[list[KnobValue]] = [candidate_values(self.knob_defs[k])
                                              for k in self.knobs]
         self.default_setting = tuple(self._encode(k, self.knob_specs[k].get("default"))
@@ -368,14 +372,39 @@ class KnobLearner:
         knobs = self._X[:, len(self.features):]
         return int((knobs != np.array(self.default_setting)).any(axis=1).sum())
 
+    def _settled(self, X: np.ndarray, ticks: np.ndarray) -> np.ndarray:
+        """Which rows (sorted by tick) were measured under a settled setting.
+
+        For a knob with carry-over (`settle_ticks` k > 0) a row counts only if
+        the same value held on the k ticks before it (mlfs.abi.Settling, the
+        rule the proxy's efficiency uses): the first ticks after a change
+        still show what the previous value left behind (dirty pages it let
+        in), and a fit that credits them to the new value learns the wrong
+        sign.  A gap in the ticks starts the count again.
+        """
+        if not any(self.settle.values()):
+            return np.ones(len(ticks), dtype=bool)
+        settled = np.zeros(len(ticks), dtype=bool)
+        settling = Settling(self.settle)
+        previous: int | None = None
+        for i, (codes, tick) in enumerate(zip(X[:, len(self.features):], ticks, strict=True)):
+            if previous is not None and tick != previous + 1:
+                settling = Settling(self.settle)
+            settled[i] = not settling(dict(zip(self.knobs, codes.tolist(), strict=True)))
+            previous = int(tick)
+        return settled
+
     def _training_set(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Dataset rows plus feedback rows of ticks the dataset window lacks, by tick."""
+        """Dataset rows plus feedback rows of ticks the dataset window lacks, by
+        tick, without those taken while a carry-over knob settled (`_settled`)."""
         extra = ~np.isin(self._ftick, self._tick)
         X = np.vstack([self._X, self._fX[extra]])
         y = np.concatenate([self._y, self._fy[extra]])
         t = np.concatenate([self._tick, self._ftick[extra]])
         order = np.argsort(t, kind="stable")
-        return X[order], y[order], t[order]
+        X, y, t = X[order], y[order], t[order]
+        keep = self._settled(X, t)
+        return X[keep], y[keep], t[keep]
 
     def training_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(X, label, weight) exactly as `fit` trains on them: decision-time rows,
@@ -500,7 +529,10 @@ class KnobLearner:
         if self.booster.num_trees() + rounds > max_trees:
             stats["reason"] = "tree budget spent; waiting for a refit"
             return stats
-        wX, wy = self._fX[-2000:], self._fy[-2000:]
+        wX, wy, wt = self._fX[-2000:], self._fy[-2000:], self._ftick[-2000:]
+        order = np.argsort(wt, kind="stable")
+        keep = self._settled(wX[order], wt[order])
+        wX, wy = wX[order][keep], wy[order][keep]
         stats["window_rows"] = len(wy)
         if len(wy) < 20:
             stats["reason"] = "too few feedback rows"

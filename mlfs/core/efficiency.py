@@ -128,6 +128,8 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from mlfs.abi import Settling
+
 
 @dataclass(frozen=True)
 class EfficiencyStats:
@@ -226,32 +228,6 @@ class Hold:
         if not uninterrupted or knobs != self._knobs:
             self._knobs, self._since = dict(knobs), tick
         return knobs, expected
-
-
-class Settling:
-    """Tells settling ticks: a carry-over knob changed within its `settle_ticks`.
-
-    `settle` maps a knob (or dataset column) to its settle ticks; knobs with
-    0 are ignored.  Until k values of a knob were seen, its ticks count as
-    settling (its value before is unknown).
-    """
-
-    def __init__(self, settle: Mapping[str, int]) -> None:
-        self._recent = {name: collections.deque(maxlen=k)
-                        for name, k in settle.items() if k > 0}
-
-    def __bool__(self) -> bool:
-        return bool(self._recent)
-
-    def __call__(self, knobs: Mapping[str, object]) -> bool:
-        """Is the tick run with `knobs` settling?  (Call once per tick, in order.)"""
-        settling = False
-        for name, recent in self._recent.items():
-            value = knobs.get(name)
-            if len(recent) < recent.maxlen or any(v != value for v in recent):
-                settling = True
-            recent.append(value)
-        return settling
 
 
 class EfficiencyWindow:

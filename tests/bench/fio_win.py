@@ -146,15 +146,17 @@ WIN_KNOBS = {"queue": ("scheduler", "nr_requests"),
 
 
 #: the features the model may use (`mlfs train --features`; absent: all).  For the
-#: dirty ratios, the rate pages are dirtied (nr_dirtied: clean pages made dirty, so a
-#: rewrite of a page still dirty does not count): in docs/bench/dirty-win-6's training
-#: rows its median was 574 MB/s in checkpoint and 991 in scratch, under every ratio
-#: tried.  The other features follow the knob (the dirty and writeback MB, the pages
-#: written back, the device's writes, io pressure), and a row taken under a held setting
-#: carries that setting's effect in them, so the trees explain the objective by them,
-#: not by the knob: with all features (docs/bench/dirty-win-5, run 1) the policy chose
-#: 16 % and 2 % in checkpoint, mlfs x0.91; with this one (dirty-win-6) 1 %, x1.26
-MODEL_FEATURES: dict[str, tuple[str, ...]] = {"dirty": ("dirtied_mb_per_s",)}
+#: dirty ratios, the size of the applications' write(2) calls (linux.vm's
+#: write_kb_per_call, from /proc/<pid>/io): 1 MiB in checkpoint, 64 KiB in scratch,
+#: under every ratio, since the application chooses it.  Every kernel-side feature
+#: follows the knob (the dirty and writeback MB, the pages dirtied and written back,
+#: the device's writes, io pressure), and a row taken under a held setting carries
+#: that setting's effect in them, so the trees explain the objective by them, not by
+#: the knob: with all features (docs/bench/dirty-win-5, run 1) the policy chose 16 %
+#: and 2 % in checkpoint, mlfs x0.91; with the pages-dirtied rate alone (which a
+#: throttled scratch writer brings down to a checkpoint's) 2-4 %, x0.95
+#: (docs/bench/dirty-win-7)
+MODEL_FEATURES: dict[str, tuple[str, ...]] = {"dirty": ("write_kb_per_call",)}
 
 
 def win_settings(candidate: str) -> list[dict]:

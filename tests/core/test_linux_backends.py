@@ -325,6 +325,25 @@ def test_vm_block_io_features_count_direct_reads_that_bypass_the_page_cache(
         vm.close()
 
 
+def test_vm_write_size_is_what_the_application_asks_of_write(tmp_path: Path) -> None:
+    # dd's write(2) size, whatever the page cache makes of it (to /dev/null: no
+    # dirty pages at all); the machine's other writers make a few small calls
+    vm = LinuxVM(measure_seconds=0, critical_full_avg10=100.0, state_dir=tmp_path)
+    try:
+        sizes = {}
+        for block, count in (("1M", 2048), ("64k", 4096)):
+            vm.step(vm.default_knobs(None))
+            subprocess.run(["dd", "if=/dev/zero", "of=/dev/null", f"bs={block}",
+                            f"count={count}", "status=none"], check=True)
+            sample = vm.step(vm.default_knobs(None))
+            sizes[block] = sample.features["write_kb_per_call"]
+            assert sample.features["write_calls_per_s"] > 0
+        assert 512 <= sizes["1M"] <= 1024
+        assert 32 <= sizes["64k"] <= 64
+    finally:
+        vm.close()
+
+
 def test_writeback_timers_are_written_within_bounds_and_restored(
         tmp_path: Path, vm_guard: dict) -> None:
     expire = int(vm_guard["dirty_expire_centisecs"])

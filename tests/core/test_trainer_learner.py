@@ -328,3 +328,39 @@ def test_ties_go_to_the_setting_nearest_the_default_not_the_grids_first() -> Non
     learner.booster = booster
     knobs, _ = learner.recommend(feats)
     assert knobs["read_ahead_kb"] == 32  # the trainer breaks ties as the proxy does
+
+
+def test_rows_taken_while_a_carry_over_knob_settles_are_left_out_of_the_fit() -> None:
+    # read_ahead_kb declared with a carry-over of 3 ticks: 128 on ticks 0-19 and
+    # 40-59, 1024 on 20-39, then a gap and 128 again from tick 100.  The ticks
+    # within 3 of a change read 999, as if they still showed the previous
+    # setting; so do the first 3 rows after the start and after the gap (ticks 0
+    # and 100 have no predecessor to align to), where the value before is unknown.
+    info = {**INFO, "knobs": {"read_ahead_kb": {**INFO["knobs"]["read_ahead_kb"],
+                                                "settle_ticks": 3}}}
+    ticks = list(range(60)) + list(range(100, 120))
+    knob = [1024 if 20 <= t < 40 else 128 for t in ticks]
+    settling = {0, 1, 2, 3, 20, 21, 22, 40, 41, 42, 100, 101, 102, 103}
+    objective = [999.0 if t in settling else (200.0 if k == 1024 else 100.0)
+                 for t, k in zip(ticks, knob, strict=True)]
+
+    def table(rows: slice) -> pa.Table:
+        base = pa.concat_tables([make_dataset(60, seed=5), make_dataset(20, seed=6,
+                                                                         start_tick=100)])
+        base = base.set_column(base.schema.get_field_index("knob_read_ahead_kb"),
+                               "knob_read_ahead_kb", pa.array(knob, pa.int64()))
+        base = base.set_column(base.schema.get_field_index("objective"), "objective",
+                               pa.array(objective, pa.float64()))
+        return base.slice(rows.start, rows.stop - rows.start)
+
+    carrying = KnobLearner(info)
+    carrying.add_dataset(table(slice(0, 80)))
+    _, labels, _ = carrying.training_rows()
+    # 78 decision-time rows, 12 of them settling
+    assert len(labels) == 66 and 999.0 not in labels
+    assert sorted(set(labels.tolist())) == [100.0, 200.0]
+    assert carrying.fit()["rows"] == 66
+
+    immediate = KnobLearner(INFO)  # no carry-over declared: every row counts
+    immediate.add_dataset(table(slice(0, 80)))
+    assert len(immediate.training_rows()[1]) == 78
