@@ -89,13 +89,12 @@ def summarize(report: dict) -> dict:
 
 
 def run_phase(phase: str | Path, directory: Path, seconds: float) -> dict:
-    """Run one phase's job file for `seconds`; summarize() of its report."""
-    env = {**os.environ, "DIR": str(directory), "RUNTIME": str(max(1, round(seconds)))}
-    done = subprocess.run(["fio", "--output-format=json", str(job_file(phase))], env=env,
-                          capture_output=True, text=True, timeout=seconds * 10 + 120)
-    if done.returncode != 0:
-        raise RuntimeError(f"fio {phase}: {done.stderr.strip()[-500:]}")
-    return summarize(json.loads(done.stdout[done.stdout.index("{"):]))
+    """Run one phase's job file for `seconds`; summarize() of its report.
+
+    A `FioStream` without a listener, so that an interrupted sweep stops fio and
+    its job processes as a stream does (a SIGKILL of fio alone left its jobs
+    writing and the scratch file system busy at its unmount)."""
+    return FioStream(phase, directory, seconds).wait(timeout=seconds * 10 + 120)
 
 
 class FioStream:
