@@ -128,9 +128,15 @@ apply = {{dirty_ratio = [2, 80], dirty_background_ratio = [1, 40]}}
 # so 20, 32 and 40 % are the default's 10 % again, and candidates that are the
 # default in disguise only split the training rows (docs/bench/dirty-win-8, run 202:
 # a policy chose 32 % in checkpoint on 14 settled rows)
+DIRTY_BACKGROUND_RANGE = (1, 10)
 CONFIGS["dirty"] = CONFIGS["writeback"].replace(
     "apply = {{dirty_ratio = [2, 80], dirty_background_ratio = [1, 40]}}",
-    "apply = {{dirty_background_ratio = [1, 10]}}")
+    "apply = {{{{dirty_background_ratio = [{}, {}]}}}}".format(*DIRTY_BACKGROUND_RANGE))
+#: per candidate, the range mlfs may set a knob in, where narrower than the sweep's
+#: settings: the best static is then one mlfs could choose too (and the evaluation
+#: can pin it through the model's `recommend`)
+WIN_RANGES: dict[str, dict[str, tuple[int, int]]] = {
+    "dirty": {"dirty_background_ratio": DIRTY_BACKGROUND_RANGE}}
 
 #: the device's rate cap per candidate (scratch_filesystem): "dirty" needs a device of
 #: one known speed, slower than the page cache, for its phases to differ
@@ -165,8 +171,10 @@ MODEL_FEATURES: dict[str, tuple[str, ...]] = {"dirty": ("write_kb_per_call",)}
 
 
 def win_settings(candidate: str) -> list[dict]:
+    ranges = WIN_RANGES.get(candidate, {})
     return [s for s in sweeps.CANDIDATES[candidate]["settings"]
-            if set(s) <= set(WIN_KNOBS[candidate])]
+            if set(s) <= set(WIN_KNOBS[candidate])
+            and all(lo <= s[k] <= hi for k, (lo, hi) in ranges.items() if k in s)]
 
 
 def subsystem_name(candidate: str, device: str) -> str:
