@@ -158,7 +158,7 @@ WIN_KNOBS = {"queue": ("scheduler", "nr_requests"),
 
 #: the features the model may use (`mlfs train --features`; absent: all).  For the
 #: dirty ratios, the size of the applications' write(2) calls (linux.vm's
-#: write_kb_per_call, from /proc/<pid>/io): 1 MiB in checkpoint, 64 KiB in scratch,
+#: write_kb_per_call, from /proc/<pid>/io): 1 MiB in checkpoint, 64 KiB in scratch and tempfiles,
 #: under every ratio, since the application chooses it.  Every kernel-side feature
 #: follows the knob (the dirty and writeback MB, the pages dirtied and written back,
 #: the device's writes, io pressure), and a row taken under a held setting carries
@@ -282,8 +282,7 @@ def summarize_run(acc: dict[str, list], ref: dict[str, float]) -> dict:
 
 
 def one_run(args: argparse.Namespace, n: int, log: logging.Logger) -> dict:
-    cand = sweeps.CANDIDATES[args.candidate]
-    phases = tuple(cand["phases"])
+    phases = args.phases or tuple(sweeps.CANDIDATES[args.candidate]["phases"])
     out: dict = {"candidate": args.candidate, "run": n, "phases": phases,
                  "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                  "args": {k: v for k, v in vars(args).items() if k != "json_dir"}}
@@ -299,7 +298,7 @@ def one_run(args: argparse.Namespace, n: int, log: logging.Logger) -> dict:
         glue.start()
         try:
             # 1. the sweep (no daemon)
-            sweep_args = argparse.Namespace(candidate=args.candidate, phases=None,
+            sweep_args = argparse.Namespace(candidate=args.candidate, phases=phases,
                                             seconds=args.seconds, rounds=args.sweep_rounds)
             values = sweep_in(sweep_args, device, mnt)
             analysis = sweeps.analyse({"phases": phases, "values": values})
@@ -349,7 +348,7 @@ def restore(files: dict[str, Path], original: dict[str, str]) -> None:
 
 def sweep_in(args: argparse.Namespace, device: str, mnt: Path) -> dict:
     """tests.bench.sweep's rounds on this run's file system: {setting: {phase: [MiB/s]}}."""
-    phases = tuple(sweeps.CANDIDATES[args.candidate]["phases"])
+    phases = args.phases
     settings = win_settings(args.candidate)
     values = {sweeps.label(s): {p: [] for p in phases} for s in settings}
     with tempfile.TemporaryDirectory(prefix="mlfs-sweep-") as state:
@@ -482,9 +481,12 @@ def judge(mdir: Path, seconds: float, run_cycle) -> dict:
 
     The trainer has stopped; the policy it left runs in collaboration (half
     the ticks, the other half the default, in sandwiched episodes) over the
-    training phases for `seconds`, at least the efficiency window, so that
-    the window holds only this policy's pairs.  The interleaved evaluation
-    that follows measures the same policy; the two must agree.
+    training phases for `seconds`.  The interleaved evaluation that follows
+    measures the same policy; the two must agree.  The `efficiency` file's
+    window (400 ticks) still holds training's pairs, explorations among them,
+    unless `seconds` covers it; so the estimate of the judged stretch alone is
+    also computed with the proxy's own rule (`efficiency.replay`, the file's
+    window fed the rows this stretch recorded, read back from the dataset).
     """
     write_attr(mdir / "mode", "collaboration\n")
     started = time.monotonic()
@@ -497,7 +499,32 @@ def judge(mdir: Path, seconds: float, run_cycle) -> dict:
         for name in ("confidence", "pairs"):
             if line.startswith(f"mlfs_model_efficiency_{name}{{") and model in line:
                 out[name] = float(line.rsplit(" ", 1)[1])
+    out["judged_only"] = judged_estimate(mdir)
     return out
+
+
+def judged_estimate(mdir: Path) -> dict:
+    """{efficiency, pairs} of the collaboration rows alone, by `efficiency.replay`."""
+    import pyarrow.dataset as ds
+
+    from mlfs.abi import knob_column
+    from mlfs.config import ModeConfig
+    from mlfs.core.efficiency import replay
+
+    sub = mdir.parents[1]
+    info = json.loads((sub / "info").read_text())
+    settle = {knob_column(k): int(spec.get("settle_ticks", 0))
+              for k, spec in info["knobs"].items()}
+    time.sleep(2.5)  # the last rows sealed (feedback_seal_seconds 1 s)
+    rows = ds.dataset(str(sub / "dataset"), format="parquet").to_table(
+        columns=["tick", "controller", "model", "mode", "objective"]).to_pylist()
+    rows = sorted((r for r in rows if r["mode"] == "collaboration"), key=lambda r: r["tick"])
+    history = replay(rows, mdir.name, info.get("objective", {}).get("goal", "max"),
+                     ModeConfig().window_ticks, settle=settle)
+    if not history:
+        return {"efficiency": None, "pairs": 0, "rows": len(rows)}
+    stats = history[-1][1]
+    return {"efficiency": round(stats.efficiency, 4), "pairs": stats.ml_ticks, "rows": len(rows)}
 
 
 def report(results: list[dict]) -> str:
@@ -529,6 +556,9 @@ def report(results: list[dict]) -> str:
                      str(res.get("training", {}).get("efficiency")) for res in results)
                  + "; judged in collaboration: " + ", ".join(
                      str(res.get("judged", {}).get("efficiency")) for res in results)
+                 + " (the judged stretch alone: " + ", ".join(
+                     str(res.get("judged", {}).get("judged_only", {}).get("efficiency"))
+                     for res in results) + ")"
                  + "; interleaved mlfs equal-time ratio: " + ", ".join(
                      f"x{res['ratio']['mlfs']['equal_time']:.2f}" for res in results))
     lines.append("training ticks per run: " + ", ".join(
@@ -537,18 +567,17 @@ def report(results: list[dict]) -> str:
 
 
 #: per candidate: the options its runs in the README were made with (the defaults)
-#: and what --quick changes of them.  "dirty": 8 s visits in the sweep, the
-#: evaluation and training alike, 10-tick explorations (two settle times); --quick is
-#: one such run, ~22 minutes.  Training phases were 40 s (longer than the 3k + 1 = 16
-#: ticks a pair of the efficiency estimate spans) until docs/bench/dirty-win-8 and -9:
-#: there scratch at 1-2 % looked as fast as the default in the training rows (5857
-#: against 4536 MiB/s, 4810 against 4578), while the 8 s visits of the evaluation ran
-#: it at x0.78-0.86 (a fresh scratch file's first pass is what a low background ratio
-#: throttles, and a short visit is mostly that pass); the model learns what it is
-#: trained on, so it is trained on the visits it is judged on
+#: and what --quick changes of them.  "dirty": 30 s visits in the sweep, the
+#: evaluation and training alike, 10-tick explorations (two settle times), 240 s
+#: judged; --quick is one such run, ~35 minutes.  With 8 s visits (docs/bench/
+#: dirty-win-8 to -10) a phase was shorter than the 3k + 1 = 16 ticks a pair of the
+#: efficiency estimate spans, so the estimate could not see it, and a setting held
+#: after a phase change (efficiency.Hold, 10 ticks) was a third of the next visit;
+#: 8 s visits were needed then only because scratch.fio's conflict vanished in long
+#: ones (sweep.CANDIDATES["dirty"] says why; tempfiles.fio keeps it in 30 s visits)
 RUN_DEFAULTS: dict[str, dict] = {
-    "dirty": {"seconds": 8.0, "cycles": 3, "sweep_rounds": 2, "train_seconds": 600.0,
-              "train_phase": 8.0, "explore_ticks": 10, "judge_seconds": 180.0},
+    "dirty": {"seconds": 30.0, "cycles": 3, "sweep_rounds": 2, "train_seconds": 600.0,
+              "train_phase": 30.0, "explore_ticks": 10, "judge_seconds": 240.0},
 }
 QUICK: dict[str, dict] = {
     "dirty": {"runs": 1},
@@ -560,7 +589,7 @@ QUICK_OTHERWISE = {"runs": 1, "seconds": 4.0, "cycles": 3, "sweep_rounds": 1,
 def parse_args(candidate: str, argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=f"{candidate}: " + __doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
-                        help="one run (~22 minutes for dirty, ~10 for the others)")
+                        help="one run (~35 minutes for dirty, ~10 for the others)")
     parser.add_argument("--runs", type=int, default=3, help="independent runs")
     parser.add_argument("--seconds", type=float, default=5.0, help="a phase visit")
     parser.add_argument("--cycles", type=int, default=4, help="evaluation cycles per run")
@@ -576,6 +605,9 @@ def parse_args(candidate: str, argv: list[str] | None = None) -> argparse.Namesp
                         "least the 400-tick efficiency window): the proxy's estimate of it")
     parser.add_argument("--features", help="NAME[,NAME...] the model may use, or 'all' "
                         "(default: MODEL_FEATURES for the candidate, else all)")
+    parser.add_argument("--phases", type=lambda text: tuple(text.split(",")),
+                        help="PHASE[,PHASE...] instead of the candidate's (e.g. the "
+                        "dirty runs before tempfiles.fio: checkpoint,scratch)")
     parser.add_argument("--image-mib", type=int, default=12288)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json-dir", help="write run<N>.json (and summary.txt) here")
