@@ -499,7 +499,10 @@ def judge(mdir: Path, seconds: float, run_cycle) -> dict:
         for name in ("confidence", "pairs"):
             if line.startswith(f"mlfs_model_efficiency_{name}{{") and model in line:
                 out[name] = float(line.rsplit(" ", 1)[1])
-    out["judged_only"] = judged_estimate(mdir)
+    try:  # a diagnostic of the run: its failure must not end the run
+        out["judged_only"] = judged_estimate(mdir)
+    except (OSError, ValueError, KeyError) as exc:
+        out["judged_only"] = {"error": f"{type(exc).__name__}: {exc}"}
     return out
 
 
@@ -637,6 +640,8 @@ def main(candidate: str, argv: list[str] | None = None) -> int:
         print(f"{candidate}_win: {why}", file=sys.stderr)
         return 2
     log = logging.getLogger("mlfs.train")
+    if args.json_dir:  # before the first run: its training rows are kept there
+        Path(args.json_dir).mkdir(parents=True, exist_ok=True)
     results = []
     ok = True
     for n in range(1, args.runs + 1):
@@ -644,7 +649,6 @@ def main(candidate: str, argv: list[str] | None = None) -> int:
         ok = ok and res["restored"]
         results.append(res)
         if args.json_dir:
-            Path(args.json_dir).mkdir(parents=True, exist_ok=True)
             Path(args.json_dir, f"run{res['run']}.json").write_text(
                 json.dumps(res, indent=1) + "\n")
     text = report(results)
