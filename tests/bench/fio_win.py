@@ -404,7 +404,8 @@ def mlfs_part(args: argparse.Namespace, device: str, mnt: Path, phases: tuple[st
         if args.judge_seconds:
             info["judged"] = judge(mdir, args.judge_seconds,
                                    lambda: run_cycle(phases, mnt, args.train_phase, glue,
-                                                     watch, ""))
+                                                     watch, ""),
+                                   WIN_KNOBS[args.candidate])
             print(f"judged: {json.dumps(info['judged'])}", flush=True)
         write_attr(mdir / "mode", "recommendation\n")
         print(f"trained: {json.dumps(info['training'])}", flush=True)
@@ -476,7 +477,7 @@ def keep_dataset(dataset: Path, dest: Path) -> None:
     pq.write_table(ds.dataset(str(dataset), format="parquet").to_table(), dest)
 
 
-def judge(mdir: Path, seconds: float, run_cycle) -> dict:
+def judge(mdir: Path, seconds: float, run_cycle, knobs: tuple[str, ...]) -> dict:
     """The proxy's own estimate of the trained policy (issue 13, item 4).
 
     The trainer has stopped; the policy it left runs in collaboration (half
@@ -500,14 +501,15 @@ def judge(mdir: Path, seconds: float, run_cycle) -> dict:
             if line.startswith(f"mlfs_model_efficiency_{name}{{") and model in line:
                 out[name] = float(line.rsplit(" ", 1)[1])
     try:  # a diagnostic of the run: its failure must not end the run
-        out["judged_only"] = judged_estimate(mdir)
+        out["judged_only"] = judged_estimate(mdir, knobs)
     except (OSError, ValueError, KeyError) as exc:
         out["judged_only"] = {"error": f"{type(exc).__name__}: {exc}"}
     return out
 
 
-def judged_estimate(mdir: Path) -> dict:
-    """{efficiency, pairs} of the collaboration rows alone, by `efficiency.replay`."""
+def judged_estimate(mdir: Path, knobs: tuple[str, ...]) -> dict:
+    """{efficiency, pairs} of the collaboration rows alone, by `efficiency.replay`
+    (the pair span of `knobs`, the ones the model controls, as the daemon's)."""
     import pyarrow.dataset as ds
 
     from mlfs.abi import knob_column
@@ -517,7 +519,7 @@ def judged_estimate(mdir: Path) -> dict:
     sub = mdir.parents[1]
     info = json.loads((sub / "info").read_text())
     settle = {knob_column(k): int(spec.get("settle_ticks", 0))
-              for k, spec in info["knobs"].items()}
+              for k, spec in info["knobs"].items() if k in knobs}
     time.sleep(2.5)  # the last rows sealed (feedback_seal_seconds 1 s)
     rows = ds.dataset(str(sub / "dataset"), format="parquet").to_table(
         columns=["tick", "controller", "model", "mode", "objective"]).to_pylist()
