@@ -648,15 +648,24 @@ class KnobLearner:
 
     def _local_counts(self, features: np.ndarray, codes: np.ndarray, k: int = 200
                       ) -> np.ndarray:
-        """How often each candidate setting was tried in states like this one."""
-        if not len(self._X):
+        """How often each candidate setting was measured in states like this one.
+
+        Measured: on the rows the fit uses (`_training_set`).  A row taken while
+        a carry-over knob settled is left out of the fit, so it must not count
+        here either: an exploration cut short by a phase change before its
+        setting settled has told the model nothing, and counted it would stop
+        coverage from trying the setting there again (docs/bench/dirty-win-11:
+        the 1 % background ratio in the checkpoint phase, 7 rows, none settled).
+        """
+        X, _, _ = self._training_set()
+        if not len(X):
             return np.zeros(len(codes))
-        z = (self._X[:, : len(self.features)] - self._mean) / self._scale
+        z = (X[:, : len(self.features)] - self._mean) / self._scale
         z0 = (features - self._mean) / self._scale
         d = np.nansum((np.nan_to_num(z, nan=0.0) - np.nan_to_num(z0, nan=0.0)) ** 2, axis=1)
         k = min(k, len(d))
         near = np.argpartition(d, k - 1)[:k]
-        tried = self._X[near, len(self.features):]
+        tried = X[near, len(self.features):]
         return (tried[:, None, :] == codes[None, :, :]).all(axis=2).sum(axis=0)
 
     def explore(self, latest_features: Mapping[str, Any] | None,
