@@ -188,6 +188,9 @@ class KnobLearner:
         self._fX = np.empty((0, width))
         self._fy = np.empty(0)
         self._ftick = np.empty(0, dtype=np.int64)
+        #: `_training_set`'s result until rows are added: coverage asks for it on
+        #: every exploration, and the settle filter is a loop over the window
+        self._training_cache: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._last_tick: int | None = None
         self._last_features: np.ndarray | None = None
         self.latest_features: dict[str, float] = {}
@@ -311,6 +314,7 @@ class KnobLearner:
         self._X = np.vstack([self._X, X])[-self.window:]
         self._y = np.concatenate([self._y, y[ok]])[-self.window:]
         self._tick = np.concatenate([self._tick, ticks[ok]])[-self.window:]
+        self._training_cache = None
         kept = int(ok.sum())
         self.rows_since_fit += kept
         return kept
@@ -332,6 +336,7 @@ class KnobLearner:
         self._fX = np.vstack([self._fX, X])[-self.feedback_window:]
         self._fy = np.concatenate([self._fy, y])[-self.feedback_window:]
         self._ftick = np.concatenate([self._ftick, ticks])[-self.feedback_window:]
+        self._training_cache = None
 
     def add_feedback(self, table: pa.Table) -> int:
         """Append feedback rows (features at decision time, knobs applied, observed)."""
@@ -396,7 +401,10 @@ class KnobLearner:
 
     def _training_set(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Dataset rows plus feedback rows of ticks the dataset window lacks, by
-        tick, without those taken while a carry-over knob settled (`_settled`)."""
+        tick, without those taken while a carry-over knob settled (`_settled`).
+        Computed once per change of the rows; the arrays are read-only."""
+        if self._training_cache is not None:
+            return self._training_cache
         extra = ~np.isin(self._ftick, self._tick)
         X = np.vstack([self._X, self._fX[extra]])
         y = np.concatenate([self._y, self._fy[extra]])
@@ -404,7 +412,11 @@ class KnobLearner:
         order = np.argsort(t, kind="stable")
         X, y, t = X[order], y[order], t[order]
         keep = self._settled(X, t)
-        return X[keep], y[keep], t[keep]
+        out = (X[keep], y[keep], t[keep])
+        for array in out:
+            array.setflags(write=False)
+        self._training_cache = out
+        return out
 
     def training_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(X, label, weight) exactly as `fit` trains on them: decision-time rows,

@@ -608,8 +608,9 @@ def parse_args(candidate: str, argv: list[str] | None = None) -> argparse.Namesp
                         help="ticks each exploration lasts (writeback acts over seconds)")
     parser.add_argument("--learning-share", type=float, default=0.8)
     parser.add_argument("--judge-seconds", type=float, default=0.0,
-                        help="after training, the policy in collaboration this long (at "
-                        "least the 400-tick efficiency window): the proxy's estimate of it")
+                        help="after training, the policy in collaboration this long: the "
+                        "proxy's estimate of it (the efficiency file, and the judged "
+                        "stretch alone)")
     parser.add_argument("--features", help="NAME[,NAME...] the model may use, or 'all' "
                         "(default: MODEL_FEATURES for the candidate, else all)")
     parser.add_argument("--phases", type=lambda text: tuple(text.split(",")),
