@@ -77,6 +77,7 @@ from .linux_files import (
     DEVICE_NAME,
     UnavailableError,
     boot_id,
+    bulk_write_kb_per_call,
     parse_bracketed,
     process_start,
     read_key_values,
@@ -103,7 +104,8 @@ from .linux_subsystem import LinuxSubsystem, rate
 
 __all__ = [
     "DEVICE_NAME", "KERNEL_ROOTS", "LEDGER_DIR", "RETRY_SECONDS", "KnobController", "KnobSpec",
-    "Ledger", "LinuxSubsystem", "Rule", "UnavailableError", "boot_id", "check_measure",
+    "Ledger", "LinuxSubsystem", "Rule", "UnavailableError", "boot_id", "bulk_write_kb_per_call",
+    "check_measure",
     "describe_rules", "describe_salvage", "entry_problem", "parse_apply", "parse_bracketed",
     "process_start", "rate", "read_key_values", "read_psi", "read_psi_file", "read_text",
     "read_value", "read_write_calls", "recover", "restore_entry", "restore_state_dir", "salvage",

@@ -114,22 +114,49 @@ def read_write_calls(proc: str | Path = "/proc") -> dict[int, tuple[int, int]]:
     return out
 
 
-def write_calls_between(before: dict[int, tuple[int, int]],
-                        after: dict[int, tuple[int, int]]) -> tuple[int, int]:
-    """(bytes, calls) of write(2) made between two `read_write_calls`.
+def write_calls_by_process(before: dict[int, tuple[int, int]],
+                           after: dict[int, tuple[int, int]]) -> list[tuple[int, int]]:
+    """(bytes, calls) of write(2) each process made between two `read_write_calls`.
 
     A process present in both counts its increase; one that started in
     between (or whose counters went backwards: its pid was reused) counts
     all of its own; one that ended in between is not seen, nor its last writes.
     """
-    nbytes = ncalls = 0
+    out = []
     for pid, (wchar, syscw) in after.items():
         old = before.get(pid)
         if old is not None and wchar >= old[0] and syscw >= old[1]:
             wchar, syscw = wchar - old[0], syscw - old[1]
-        nbytes += wchar
-        ncalls += syscw
-    return nbytes, ncalls
+        if syscw:
+            out.append((wchar, syscw))
+    return out
+
+
+def write_calls_between(before: dict[int, tuple[int, int]],
+                        after: dict[int, tuple[int, int]]) -> tuple[int, int]:
+    """(bytes, calls) of write(2) made between two `read_write_calls`, all processes."""
+    deltas = write_calls_by_process(before, after)
+    return sum(nbytes for nbytes, _ in deltas), sum(ncalls for _, ncalls in deltas)
+
+
+def bulk_write_kb_per_call(before: dict[int, tuple[int, int]],
+                           after: dict[int, tuple[int, int]]) -> float:
+    """KiB per write(2) call of the writers that carry the bytes (0 with no bytes).
+
+    Each process's own call size, weighted by the bytes it wrote:
+    sum(bytes_p * bytes_p / calls_p) / sum(bytes_p).  The plain mean
+    (all bytes over all calls) counts every call alike, so a checkpoint
+    writer's 1 MiB calls read as 250-990 KiB depending on how many small
+    calls the machine's other processes (a daemon's log, a metrics agent)
+    made in the same window, which is most when the writer itself is
+    waiting in fdatasync; weighted by bytes, a writer of 1 MiB calls reads
+    1 MiB whenever it wrote a meaningful share of the window's bytes.
+    """
+    deltas = write_calls_by_process(before, after)
+    total = sum(nbytes for nbytes, _ in deltas)
+    if not total:
+        return 0.0
+    return sum(nbytes * nbytes / ncalls for nbytes, ncalls in deltas) / total / 1024
 
 
 _PSI_KEYS = ("avg10", "avg60", "avg300", "total")

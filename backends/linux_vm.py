@@ -15,7 +15,10 @@ applied; rates are per second):
   uncached reads is told apart from one of writes whatever the dirty
   settings);
 - from /proc/<pid>/io (wchar, syscw) summed over the processes:
-  ``write_kb_per_call`` (KiB per write(2) call, 0 with no calls) and
+  ``write_kb_per_call`` (KiB per write(2) call, 0 with no calls),
+  ``bulk_write_kb_per_call`` (each process's KiB per call weighted by the
+  bytes it wrote: the call size of the writers that carry the bytes, which
+  other processes' small calls do not dilute; 0 with no bytes) and
   ``write_calls_per_s``.  The size of an application's writes is its own
   choice, which no vm knob changes, while every kernel-side rate above moves
   with the dirty limits (a writer throttled by them dirties, writes back and
@@ -82,6 +85,7 @@ from pathlib import Path
 from .linux_common import (
     KnobSpec,
     LinuxSubsystem,
+    bulk_write_kb_per_call,
     check_measure,
     parse_apply,
     rate,
@@ -153,6 +157,7 @@ FEATURES: dict[str, str] = {
     "block_read_mb_per_s": "float64",
     "block_write_mb_per_s": "float64",
     "write_kb_per_call": "float64",
+    "bulk_write_kb_per_call": "float64",
     "write_calls_per_s": "float64",
     "dirty_mb": "float64",
     "writeback_mb": "float64",
@@ -185,7 +190,8 @@ class LinuxVM(LinuxSubsystem):
         **{name: "1/s" for name in _VMSTAT_RATES},
         "dirtied_mb_per_s": "MB/s", "written_mb_per_s": "MB/s", "dirty_mb": "MB",
         "block_read_mb_per_s": "MB/s", "block_write_mb_per_s": "MB/s",
-        "write_kb_per_call": "KiB", "write_calls_per_s": "1/s",
+        "write_kb_per_call": "KiB", "bulk_write_kb_per_call": "KiB",
+        "write_calls_per_s": "1/s",
         "writeback_mb": "MB", "dirty_threshold_mb": "MB",
         **{f"psi_{r}_{k}_avg10": "%" for r in PSI_RESOURCES for k in ("some", "full")},
         **{f"psi_{r}_{k}_stall_us_per_s": "us/s" for r in PSI_RESOURCES
@@ -230,6 +236,8 @@ class LinuxVM(LinuxSubsystem):
         out["block_write_mb_per_s"] = rate(v0, v1, "pgpgout", seconds) * 1024 / 1e6
         nbytes, ncalls = write_calls_between(before["writes"], after["writes"])
         out["write_kb_per_call"] = nbytes / ncalls / 1024 if ncalls else 0.0
+        out["bulk_write_kb_per_call"] = bulk_write_kb_per_call(before["writes"],
+                                                               after["writes"])
         out["write_calls_per_s"] = ncalls / seconds
         out["dirty_mb"] = mem.get("Dirty", 0) * 1024 / 1e6
         out["writeback_mb"] = mem.get("Writeback", 0) * 1024 / 1e6

@@ -157,17 +157,20 @@ WIN_KNOBS = {"queue": ("scheduler", "nr_requests"),
 
 
 #: the features the model may use (`mlfs train --features`; absent: all).  For the
-#: dirty ratios, the size of the applications' write(2) calls (linux.vm's
-#: write_kb_per_call, from /proc/<pid>/io): 1 MiB in checkpoint, 64 KiB in scratch and tempfiles,
-#: under every ratio, since the application chooses it.  Every kernel-side feature
-#: follows the knob (the dirty and writeback MB, the pages dirtied and written back,
-#: the device's writes, io pressure), and a row taken under a held setting carries
+#: dirty ratios, the size of the applications' write(2) calls, weighted by the bytes
+#: each process wrote (linux.vm's bulk_write_kb_per_call, from /proc/<pid>/io): 1 MiB
+#: in checkpoint, 64 KiB in scratch and tempfiles, under every ratio, since the
+#: application chooses it.  The plain mean (write_kb_per_call) spread 243-990 KiB
+#: within checkpoint, diluted by other processes' small calls while fio waited in
+#: fdatasync, and the trees split the phase there (docs/bench/dirty-win-11).  Every
+#: kernel-side feature follows the knob (the dirty and writeback MB, the pages dirtied
+#: and written back, the device's writes, io pressure), and a row taken under a held setting carries
 #: that setting's effect in them, so the trees explain the objective by them, not by
 #: the knob: with all features (docs/bench/dirty-win-5, run 1) the policy chose 16 %
 #: and 2 % in checkpoint, mlfs x0.91; with the pages-dirtied rate alone (which a
 #: throttled scratch writer brings down to a checkpoint's) 2-4 %, x0.95
 #: (docs/bench/dirty-win-7)
-MODEL_FEATURES: dict[str, tuple[str, ...]] = {"dirty": ("write_kb_per_call",)}
+MODEL_FEATURES: dict[str, tuple[str, ...]] = {"dirty": ("bulk_write_kb_per_call",)}
 
 
 def win_settings(candidate: str) -> list[dict]:

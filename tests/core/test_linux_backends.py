@@ -344,6 +344,39 @@ def test_vm_write_size_is_what_the_application_asks_of_write(tmp_path: Path) -> 
         vm.close()
 
 
+def test_vm_bulk_write_size_is_the_big_writers_call_size_beside_many_small_calls(
+        tmp_path: Path) -> None:
+    # a 1 MiB writer and, in the same window, 200,000 calls of 16 bytes (a chatty
+    # logger), each a live process when the window ends (a reaped child's counts
+    # fold into its parent's, so each dd runs under a shell that then waits)
+    def writer(block: str, count: int) -> subprocess.Popen:
+        return subprocess.Popen(
+            ["sh", "-c", f"dd if=/dev/zero of=/dev/null bs={block} count={count} "
+             "status=none && echo done && exec sleep 30"], stdout=subprocess.PIPE)
+
+    vm = LinuxVM(measure_seconds=0, critical_full_avg10=100.0, state_dir=tmp_path)
+    writers: list[subprocess.Popen] = []
+    try:
+        vm.step(vm.default_knobs(None))
+        writers = [writer("1M", 256), writer("16", 200_000)]
+        for proc in writers:
+            assert proc.stdout.readline() == b"done\n"
+        features = vm.step(vm.default_knobs(None)).features
+        assert features["write_kb_per_call"] < 8
+        assert 900 <= features["bulk_write_kb_per_call"] <= 1024
+        # the small writer alone reads its own size on both
+        writers.append(writer("16", 200_000))
+        assert writers[-1].stdout.readline() == b"done\n"
+        features = vm.step(vm.default_knobs(None)).features
+        assert features["bulk_write_kb_per_call"] < 1
+    finally:
+        for proc in writers:
+            proc.kill()
+            proc.wait()
+            proc.stdout.close()
+        vm.close()
+
+
 def test_writeback_timers_are_written_within_bounds_and_restored(
         tmp_path: Path, vm_guard: dict) -> None:
     expire = int(vm_guard["dirty_expire_centisecs"])

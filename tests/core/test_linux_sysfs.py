@@ -37,7 +37,8 @@ def test_the_declared_linux_vm_has_linux_vms_knobs_and_all_its_features_but_thre
         assert sub.knobs == vm.knobs  # observe-only: the value in effect, min == max
         # a difference, and sums over every process's /proc/<pid>/io, are beyond a
         # declaration (docs/declared-subsystems.md)
-        beyond = {"swap_used_frac", "write_kb_per_call", "write_calls_per_s"}
+        beyond = {"swap_used_frac", "write_kb_per_call", "bulk_write_kb_per_call",
+                  "write_calls_per_s"}
         assert set(VM_FEATURES) - set(sub.features) == beyond
         assert list(sub.features) == [f for f in VM_FEATURES if f not in beyond]
         assert sub.objective == vm.objective and sub.blocking
