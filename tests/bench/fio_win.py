@@ -436,6 +436,9 @@ def mlfs_part(args: argparse.Namespace, device: str, mnt: Path, phases: tuple[st
         info["efficiency"] = (mdir / "efficiency").read_text().strip()
         info["objective_writes"], info["objective_write_errors"] = glue.writes, glue.errors
         glue.path = None
+        if args.json_dir:  # every row (training, judged, evaluation) for a look afterwards
+            time.sleep(2.5)  # the last rows sealed (feedback_seal_seconds 1 s)
+            keep_dataset(sub / "dataset", Path(args.json_dir) / f"run{run}-all.parquet")
     finally:
         glue.path = None
         if mount.pid is not None:
@@ -524,8 +527,11 @@ def judged_estimate(mdir: Path, knobs: tuple[str, ...]) -> dict:
     settle = {knob_column(k): int(spec.get("settle_ticks", 0))
               for k, spec in info["knobs"].items() if k in knobs}
     time.sleep(2.5)  # the last rows sealed (feedback_seal_seconds 1 s)
+    # the knobs' columns too: without them every tick reads as settled (the first
+    # runs' "judged stretch alone", dirty-win-11, counted settling ticks the daemon
+    # leaves out: 30-40 pairs where its file had 5-15)
     rows = ds.dataset(str(sub / "dataset"), format="parquet").to_table(
-        columns=["tick", "controller", "model", "mode", "objective"]).to_pylist()
+        columns=["tick", "controller", "model", "mode", "objective", *settle]).to_pylist()
     rows = sorted((r for r in rows if r["mode"] == "collaboration"), key=lambda r: r["tick"])
     history = replay(rows, mdir.name, info.get("objective", {}).get("goal", "max"),
                      ModeConfig().window_ticks, settle=settle)
