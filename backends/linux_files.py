@@ -143,20 +143,25 @@ def bulk_write_kb_per_call(before: dict[int, tuple[int, int]],
                            after: dict[int, tuple[int, int]]) -> float:
     """KiB per write(2) call of the writers that carry the bytes (0 with no bytes).
 
-    Each process's own call size, weighted by the bytes it wrote:
-    sum(bytes_p * bytes_p / calls_p) / sum(bytes_p).  The plain mean
-    (all bytes over all calls) counts every call alike, so a checkpoint
-    writer's 1 MiB calls read as 250-990 KiB depending on how many small
-    calls the machine's other processes (a daemon's log, a metrics agent)
-    made in the same window, which is most when the writer itself is
-    waiting in fdatasync; weighted by bytes, a writer of 1 MiB calls reads
-    1 MiB whenever it wrote a meaningful share of the window's bytes.
+    The byte-weighted median of each process's own call size: the call size
+    of the process holding the window's median byte, so a writer with more
+    than half the bytes reads exactly its own size.  The plain mean (all
+    bytes over all calls) counts every call alike, so a checkpoint writer's
+    1 MiB calls read as 250-990 KiB depending on how many small calls the
+    machine's other processes (a daemon's log, a metrics agent) made in the
+    same window, which is most when the writer waits in fdatasync
+    (docs/bench/dirty-win-11).  A byte-weighted mean still moved by tenths
+    of a KiB with them, and a tree split on that (docs/bench/dirty-win-12).
     """
-    deltas = write_calls_by_process(before, after)
-    total = sum(nbytes for nbytes, _ in deltas)
-    if not total:
-        return 0.0
-    return sum(nbytes * nbytes / ncalls for nbytes, ncalls in deltas) / total / 1024
+    sizes = sorted((nbytes / ncalls, nbytes)
+                   for nbytes, ncalls in write_calls_by_process(before, after) if nbytes)
+    half = sum(nbytes for _, nbytes in sizes) / 2
+    carried = 0
+    for size, nbytes in sizes:
+        carried += nbytes
+        if carried >= half:
+            return size / 1024
+    return 0.0
 
 
 _PSI_KEYS = ("avg10", "avg60", "avg300", "total")

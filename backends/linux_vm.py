@@ -16,8 +16,8 @@ applied; rates are per second):
   settings);
 - from /proc/<pid>/io (wchar, syscw) summed over the processes:
   ``write_kb_per_call`` (KiB per write(2) call, 0 with no calls),
-  ``bulk_write_kb_per_call`` (each process's KiB per call weighted by the
-  bytes it wrote: the call size of the writers that carry the bytes, which
+  ``bulk_write_kb_per_call`` (the byte-weighted median of each process's
+  KiB per call: the call size of the writers that carry the bytes, which
   other processes' small calls do not dilute; 0 with no bytes) and
   ``write_calls_per_s``.  The size of an application's writes is its own
   choice, which no vm knob changes, while every kernel-side rate above moves

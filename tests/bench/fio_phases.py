@@ -30,6 +30,7 @@ subsystem's ``objective``.
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import signal
@@ -103,14 +104,22 @@ class FioStream:
     fio prints a complete JSON report every ``--status-interval`` (cumulative
     io_bytes per job); the difference of the measured jobs' bytes between two
     reports over the difference of their timestamps is the application's
-    throughput over that second.  The last report is the phase's summary.
+    throughput over that second, or over the last `rate_seconds` reports (a
+    writer that flushes every half second moves its per-second figure by x2
+    with where the second falls in its cycle).  The first report is taken
+    against the start of fio (no bytes), so a new phase's figure replaces the
+    previous phase's after one report.  The last report is the phase's summary.
     """
 
     def __init__(self, phase: str | Path, directory: Path, seconds: float,
-                 on_rate: Callable[[float], None] | None = None) -> None:
+                 on_rate: Callable[[float], None] | None = None,
+                 rate_seconds: int = 1) -> None:
         env = {**os.environ, "DIR": str(directory), "RUNTIME": str(max(1, round(seconds)))}
         self.on_rate = on_rate
         self.last: dict | None = None
+        #: (timestamp s, measured bytes) of the reports the rate spans, oldest first
+        self._reports: collections.deque[tuple[float, int]] = collections.deque(
+            [(time.time(), 0)], maxlen=max(1, rate_seconds) + 1)
         self.proc = subprocess.Popen(
             ["fio", "--output-format=json", f"--status-interval={STATUS_SECONDS}",
              str(job_file(phase))], env=env, stdout=subprocess.PIPE,
@@ -132,7 +141,6 @@ class FioStream:
     def _read(self) -> None:
         assert self.proc.stdout is not None
         buf: list[str] = []
-        prev: tuple[float, int] | None = None
         for line in self.proc.stdout:
             if line.startswith("{") and buf:
                 buf = []
@@ -147,9 +155,10 @@ class FioStream:
             self.last = report
             now = report.get("timestamp_ms", time.time() * 1000) / 1000
             done = sum(_job_bytes(j) for j in report["jobs"] if _measured(j))
-            if prev is not None and now > prev[0] and self.on_rate is not None:
-                self.on_rate((done - prev[1]) / MIB / (now - prev[0]))
-            prev = (now, done)
+            then, before = self._reports[0]
+            if now > then and self.on_rate is not None:
+                self.on_rate((done - before) / MIB / (now - then))
+            self._reports.append((now, done))
 
     def wait(self, timeout: float) -> dict:
         """The phase's summary; on a timeout or an interrupt (SIGTERM of a benchmark)

@@ -54,6 +54,20 @@ def test_stream_reports_the_application_jobs_rate_each_second_without_background
     assert summary["bytes"] < summary["jobs"]["bg-load"]["mib_per_s"] * (1 << 20) * 3
 
 
+def test_a_rate_over_several_reports_starts_at_the_first_report_and_keeps_the_jobs_rate(
+        tmp_path: Path) -> None:
+    # the first report is taken against fio's start, so a phase's own figure
+    # replaces the previous phase's after one report, not two; over three
+    # reports the app's 4 MiB/s limit still reads as 4, the load still not at all
+    job = tmp_path / "phase.fio"
+    job.write_text(JOB)
+    per_report: list[float] = []
+    FioStream(job, tmp_path, 5, per_report.append, rate_seconds=3).wait(timeout=60)
+    assert len(per_report) >= 5, per_report
+    assert all(1 < r < 6 for r in per_report[1:-1]), per_report
+    assert 0 < per_report[0] < 6  # fio's start-up (file layout) is in the first one
+
+
 def children(pid: int) -> set[int]:
     out = set()
     for entry in Path("/proc").iterdir():
