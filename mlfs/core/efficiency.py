@@ -125,7 +125,7 @@ from __future__ import annotations
 
 import collections
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from mlfs.abi import Settling
@@ -340,7 +340,8 @@ class EfficiencyWindow:
 
 
 def replay(rows: Iterable[dict], model: str, goal: str, size: int,
-           unstable_ratio: float = 2.0, settle: Mapping[str, int] | None = None
+           unstable_ratio: float = 2.0, settle: Mapping[str, int] | None = None,
+           on_pair: Callable[[Pair], None] | None = None
            ) -> list[tuple[int, EfficiencyStats]]:
     """The window's statistics after each default tick of `model`, from dataset rows.
 
@@ -355,7 +356,9 @@ def replay(rows: Iterable[dict], model: str, goal: str, size: int,
     started model is named in the row is not seen here.  `settle` maps the
     dataset's knob columns (`knob_column`) to the knobs' `settle_ticks`; the
     pair span is that of the largest (the daemon's is that of the knobs the
-    model controls, the same unless a model was given a subset).
+    model controls, the same unless a model was given a subset).  `on_pair`
+    is called with each counted pair as it is resolved (which ticks the
+    estimate rests on, e.g. to split it by workload phase).
     """
     window = EfficiencyWindow(size, goal, unstable_ratio,
                               pair_span(max((settle or {}).values(), default=0)))
@@ -370,6 +373,10 @@ def replay(rows: Iterable[dict], model: str, goal: str, size: int,
         if row.get("controller") == "ml":
             window.add_ml(row["tick"], value, settling=unsettled)
         else:
-            window.add_default(row["tick"], value, settling=unsettled)
+            resolved = window.add_default(row["tick"], value, settling=unsettled)
+            if on_pair is not None:
+                for pair in resolved:
+                    if pair.stable:
+                        on_pair(pair)
             out.append((row["tick"], window.stats()))
     return out

@@ -154,3 +154,27 @@ def test_replay_of_dataset_rows_gives_the_live_windows_value():
     replayed = replay(rows, "m", "max", 50)
     assert replayed[-1][1] == live.stats()
     assert replayed[-1][0] == 399 and len(replayed) == sum(1 for t in range(400) if t % 3 != 1)
+
+
+def test_replay_hands_over_the_counted_pairs_whose_sums_are_the_estimate():
+    # a whole-history window: the pairs handed over are exactly the counted ones
+    rng = random.Random(7)
+    rows = []
+    for tick in range(300):
+        level = 100 if (tick // 50) % 2 == 0 else 400  # a phase change every 50 ticks
+        ml = tick % 3 == 1
+        value = level * (1.2 if ml and level == 100 else 1.0) * (1 + rng.gauss(0, 0.02))
+        rows.append({"tick": tick, "model": "m", "controller": "ml" if ml else "default",
+                     "objective": value})
+    pairs = []
+    (*_, (_, stats)) = replay(rows, "m", "max", 1000, on_pair=pairs.append)
+    assert len(pairs) == stats.ml_ticks and all(p.stable for p in pairs)
+    assert sum(p.observed for p in pairs) / sum(p.baseline for p in pairs) == pytest.approx(
+        stats.efficiency)
+    # the per-phase split the pairs allow: +20 % in the low phase, none in the high one
+    low = [p for p in pairs if (p.tick // 50) % 2 == 0]
+    high = [p for p in pairs if (p.tick // 50) % 2 == 1]
+    assert sum(p.observed for p in low) / sum(p.baseline for p in low) == pytest.approx(
+        1.2, abs=0.02)
+    assert sum(p.observed for p in high) / sum(p.baseline for p in high) == pytest.approx(
+        1.0, abs=0.02)
