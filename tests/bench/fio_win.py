@@ -157,19 +157,19 @@ WIN_KNOBS = {"queue": ("scheduler", "nr_requests"),
 
 
 #: the features the model may use (`mlfs train --features`; absent: all).  For the
-#: dirty ratios, the size of the applications' write(2) calls, weighted by the bytes
-#: each process wrote (linux.vm's bulk_write_kb_per_call, from /proc/<pid>/io): 1 MiB
-#: in checkpoint, 64 KiB in scratch and tempfiles, under every ratio, since the
+#: dirty ratios, the size of the write(2) calls of the process holding the window's
+#: median byte (linux.vm's bulk_write_kb_per_call, from /proc/<pid>/io): 1 MiB in
+#: checkpoint, 64 KiB in scratch and tempfiles, under every ratio, since the
 #: application chooses it.  The plain mean (write_kb_per_call) spread 243-990 KiB
 #: within checkpoint, diluted by other processes' small calls while fio waited in
 #: fdatasync, and the trees split the phase there (docs/bench/dirty-win-11).  Every
-#: kernel-side feature follows the knob (the dirty and writeback MB, the pages dirtied
-#: and written back, the device's writes, io pressure), and a row taken under a held setting carries
-#: that setting's effect in them, so the trees explain the objective by them, not by
-#: the knob: with all features (docs/bench/dirty-win-5, run 1) the policy chose 16 %
-#: and 2 % in checkpoint, mlfs x0.91; with the pages-dirtied rate alone (which a
-#: throttled scratch writer brings down to a checkpoint's) 2-4 %, x0.95
-#: (docs/bench/dirty-win-7)
+#: kernel-side feature follows the knob (the dirty and writeback MB, the pages
+#: dirtied and written back, the device's writes, io pressure), and a row taken
+#: under a held setting carries that setting's effect in them, so the trees explain
+#: the objective by them, not by the knob: with all features (docs/bench/dirty-win-5,
+#: run 1) the policy chose 16 % and 2 % in checkpoint, mlfs x0.91; with the
+#: pages-dirtied rate alone (which a throttled scratch writer brings down to a
+#: checkpoint's) 2-4 %, x0.95 (docs/bench/dirty-win-7)
 MODEL_FEATURES: dict[str, tuple[str, ...]] = {"dirty": ("bulk_write_kb_per_call",)}
 
 
@@ -244,7 +244,7 @@ class Glue(threading.Thread):
         super().__init__(daemon=True, name="objective-glue")
         #: the rate over this many of fio's reports (`FioStream`): a checkpoint writer's
         #: per-second figure swings 0 to 3500 MiB/s with where the second falls in its
-        #: flush cycle (docs/bench/dirty-win-12, run 1's training rows)
+        #: flush cycle (docs/bench/dirty-win-12/per-second-objective, the training rows)
         self.rate_seconds = rate_seconds
         self.path: Path | None = None
         self.latest: float | None = None
