@@ -85,7 +85,7 @@ from .linux_files import (
     read_psi_file,
     read_text,
     read_write_calls,
-    write_calls_between,
+    write_calls_by_process,
     write_text,
 )
 from .linux_knobs import KnobSpec, Rule, check_measure, describe_rules, parse_apply, read_value
@@ -109,5 +109,5 @@ __all__ = [
     "describe_rules", "describe_salvage", "entry_problem", "parse_apply", "parse_bracketed",
     "process_start", "rate", "read_key_values", "read_psi", "read_psi_file", "read_text",
     "read_value", "read_write_calls", "recover", "restore_entry", "restore_state_dir", "salvage",
-    "write_calls_between", "write_text",
+    "write_calls_by_process", "write_text",
 ]

@@ -132,19 +132,12 @@ def write_calls_by_process(before: dict[int, tuple[int, int]],
     return out
 
 
-def write_calls_between(before: dict[int, tuple[int, int]],
-                        after: dict[int, tuple[int, int]]) -> tuple[int, int]:
-    """(bytes, calls) of write(2) made between two `read_write_calls`, all processes."""
-    deltas = write_calls_by_process(before, after)
-    return sum(nbytes for nbytes, _ in deltas), sum(ncalls for _, ncalls in deltas)
-
-
-def bulk_write_kb_per_call(before: dict[int, tuple[int, int]],
-                           after: dict[int, tuple[int, int]]) -> float:
+def bulk_write_kb_per_call(deltas: list[tuple[int, int]]) -> float:
     """KiB per write(2) call of the writers that carry the bytes (0 with no bytes).
 
-    The byte-weighted median of each process's own call size: the call size
-    of the process holding the window's median byte, so a writer with more
+    `deltas` is `write_calls_by_process` of one window.  The byte-weighted
+    median of each process's own call size: the call size of the process
+    holding the window's median byte, so a writer with more
     than half the bytes reads exactly its own size.  The plain mean (all
     bytes over all calls) counts every call alike, so a checkpoint writer's
     1 MiB calls read as 250-990 KiB depending on how many small calls the
@@ -153,8 +146,7 @@ def bulk_write_kb_per_call(before: dict[int, tuple[int, int]],
     (docs/bench/dirty-win-11).  A byte-weighted mean still moved by tenths
     of a KiB with them, and a tree split on that (docs/bench/dirty-win-12).
     """
-    sizes = sorted((nbytes / ncalls, nbytes)
-                   for nbytes, ncalls in write_calls_by_process(before, after) if nbytes)
+    sizes = sorted((nbytes / ncalls, nbytes) for nbytes, ncalls in deltas if nbytes)
     half = sum(nbytes for _, nbytes in sizes) / 2
     carried = 0
     for size, nbytes in sizes:

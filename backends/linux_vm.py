@@ -92,7 +92,7 @@ from .linux_common import (
     read_key_values,
     read_psi,
     read_write_calls,
-    write_calls_between,
+    write_calls_by_process,
 )
 from .settings import (
     MAX_TICK_SECONDS,
@@ -234,10 +234,11 @@ class LinuxVM(LinuxSubsystem):
         # pgpgin/pgpgout count KiB of bios submitted (every block device)
         out["block_read_mb_per_s"] = rate(v0, v1, "pgpgin", seconds) * 1024 / 1e6
         out["block_write_mb_per_s"] = rate(v0, v1, "pgpgout", seconds) * 1024 / 1e6
-        nbytes, ncalls = write_calls_between(before["writes"], after["writes"])
+        writes = write_calls_by_process(before["writes"], after["writes"])
+        nbytes = sum(written for written, _ in writes)
+        ncalls = sum(calls for _, calls in writes)
         out["write_kb_per_call"] = nbytes / ncalls / 1024 if ncalls else 0.0
-        out["bulk_write_kb_per_call"] = bulk_write_kb_per_call(before["writes"],
-                                                               after["writes"])
+        out["bulk_write_kb_per_call"] = bulk_write_kb_per_call(writes)
         out["write_calls_per_s"] = ncalls / seconds
         out["dirty_mb"] = mem.get("Dirty", 0) * 1024 / 1e6
         out["writeback_mb"] = mem.get("Writeback", 0) * 1024 / 1e6
