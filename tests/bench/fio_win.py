@@ -523,8 +523,6 @@ def judged_estimate(mdir: Path, knobs: tuple[str, ...]) -> dict:
     import pyarrow.dataset as ds
 
     from mlfs.abi import knob_column
-    from mlfs.config import ModeConfig
-    from mlfs.core.efficiency import replay
 
     sub = mdir.parents[1]
     info = json.loads((sub / "info").read_text())
@@ -536,13 +534,25 @@ def judged_estimate(mdir: Path, knobs: tuple[str, ...]) -> dict:
     # leaves out: 30-40 pairs where its file had 5-15)
     rows = ds.dataset(str(sub / "dataset"), format="parquet").to_table(
         columns=["tick", "controller", "model", "mode", "objective", *settle]).to_pylist()
-    rows = sorted((r for r in rows if r["mode"] == "collaboration"), key=lambda r: r["tick"])
-    history = replay(rows, mdir.name, info.get("objective", {}).get("goal", "max"),
-                     ModeConfig().window_ticks, settle=settle)
-    if not history:
-        return {"efficiency": None, "pairs": 0, "rows": len(rows)}
-    stats = history[-1][1]
-    return {"efficiency": round(stats.efficiency, 4), "pairs": stats.ml_ticks, "rows": len(rows)}
+    judged = [r for r in rows if r["mode"] == "collaboration"]
+    stats = replay_judged(judged, mdir.name, info.get("objective", {}).get("goal", "max"),
+                          settle)
+    if stats is None:
+        return {"efficiency": None, "pairs": 0, "rows": len(judged)}
+    return {"efficiency": round(stats.efficiency, 4), "pairs": stats.ml_ticks,
+            "rows": len(judged)}
+
+
+def replay_judged(rows: list[dict], model: str, goal: str, settle: dict[str, int],
+                  on_pair=None):
+    """The daemon's window (`ModeConfig().window_ticks`) over `rows` in tick order, by
+    `efficiency.replay`: its last statistics (None without a default tick)."""
+    from mlfs.config import ModeConfig
+    from mlfs.core.efficiency import replay
+
+    history = replay(sorted(rows, key=lambda r: r["tick"]), model, goal,
+                     ModeConfig().window_ticks, settle=settle, on_pair=on_pair)
+    return history[-1][1] if history else None
 
 
 def report(results: list[dict]) -> str:

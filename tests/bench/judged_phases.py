@@ -4,7 +4,7 @@
 
 For each run<N>.json with its run<N>-all.parquet (every row of the run, kept
 by `fio_win --json-dir`), the judged stretch (the collaboration rows) is
-replayed through the proxy's own rule (`mlfs.core.efficiency.replay`, the
+replayed through the proxy's own rule (`fio_win.replay_judged`, the
 pair span and settle ticks of the knob), and its counted pairs are split by
 the phase of their tick (from the model's own feature).  The proxy's ratio
 is a sum of observed over a sum of baselines, so a phase weighs by its
@@ -22,10 +22,9 @@ from pathlib import Path
 from mlfs.backends.linux_vm import SPECS as VM_SPECS
 
 from mlfs.abi import knob_column
-from mlfs.config import ModeConfig
-from mlfs.core.efficiency import Pair, replay
+from mlfs.core.efficiency import Pair
 
-from .fio_win import MODEL_FEATURES, WIN_KNOBS
+from .fio_win import MODEL_FEATURES, WIN_KNOBS, replay_judged
 
 
 def phase_by_tick(rows: list[dict], feature: str, checkpoint_kb: float = 300.0,
@@ -55,10 +54,9 @@ def judged_by_phase(directory: Path, run: int, candidate: str = "dirty") -> dict
     judged = [r for r in rows if r["mode"] == "collaboration"]
     model = next(r["model"] for r in judged if r["model"])
     pairs: list[Pair] = []
-    history = replay(judged, model, "max", ModeConfig().window_ticks, settle=settle,
-                     on_pair=pairs.append)
+    stats = replay_judged(judged, model, "max", settle, on_pair=pairs.append)
     mib = {c: result["conditions"][c]["mib_per_s"] for c in ("default", "mlfs")}
-    out: dict = {"run": run, "judged_alone": history[-1][1].efficiency if history else None,
+    out: dict = {"run": run, "judged_alone": stats.efficiency if stats else None,
                  "pairs": len(pairs), "phases": {}}
     weighted_mlfs = weighted_default = 0.0
     for phase in result["phases"]:
