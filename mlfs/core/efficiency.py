@@ -358,18 +358,23 @@ def replay(rows: Iterable[dict], model: str, goal: str, size: int,
     pair span is that of the largest (the daemon's is that of the knobs the
     model controls, the same unless a model was given a subset).  `on_pair`
     is called with each counted pair as it is resolved (which ticks the
-    estimate rests on, e.g. to split it by workload phase).
+    estimate rests on, e.g. to split it by workload phase).  A row without
+    one of `settle`'s columns (a portion written before the knob existed,
+    or rows read without those columns) is settling: its knob value is
+    unknown, and taking it for unchanged would count every tick (a benchmark
+    read them so and counted 30-40 pairs where the daemon counted 5-15).
     """
     window = EfficiencyWindow(size, goal, unstable_ratio,
                               pair_span(max((settle or {}).values(), default=0)))
     settling = Settling(settle or {})
+    known = {name for name, k in (settle or {}).items() if k > 0}
     out: list[tuple[int, EfficiencyStats]] = []
     for row in rows:
         if row.get("model") != model:
             continue
         value = row.get("objective")
         value = math.nan if value is None else float(value)
-        unsettled = settling(row)
+        unsettled = settling(row) or not known.issubset(row)
         if row.get("controller") == "ml":
             window.add_ml(row["tick"], value, settling=unsettled)
         else:

@@ -529,9 +529,9 @@ def judged_estimate(mdir: Path, knobs: tuple[str, ...]) -> dict:
     settle = {knob_column(k): int(spec.get("settle_ticks", 0))
               for k, spec in info["knobs"].items() if k in knobs}
     time.sleep(2.5)  # the last rows sealed (feedback_seal_seconds 1 s)
-    # the knobs' columns too: without them every tick reads as settled (the first
-    # runs' "judged stretch alone", dirty-win-11, counted settling ticks the daemon
-    # leaves out: 30-40 pairs where its file had 5-15)
+    # the knobs' columns too: without them replay counts no tick (dirty-win-11 read
+    # them so, and then every tick counted as settled: 30-40 pairs where the daemon
+    # had 5-15)
     rows = ds.dataset(str(sub / "dataset"), format="parquet").to_table(
         columns=["tick", "controller", "model", "mode", "objective", *settle]).to_pylist()
     judged = [r for r in rows if r["mode"] == "collaboration"]

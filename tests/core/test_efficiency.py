@@ -178,3 +178,14 @@ def test_replay_hands_over_the_counted_pairs_whose_sums_are_the_estimate():
         1.2, abs=0.02)
     assert sum(p.observed for p in high) / sum(p.baseline for p in high) == pytest.approx(
         1.0, abs=0.02)
+
+
+def test_replay_counts_no_tick_of_rows_read_without_the_settle_columns():
+    # without the knob column its value is unknown: every tick is settling, none
+    # counted (taken for unchanged, every tick would read as settled and count)
+    rows = [{"tick": t, "model": "m", "controller": "ml" if t % 2 else "default",
+             "objective": 1.0} for t in range(40)]
+    assert replay(rows, "m", "max", 50, settle={"knob_x": 3})[-1][1].ml_ticks == 0
+    for row in rows:
+        row["knob_x"] = 1
+    assert replay(rows, "m", "max", 50, settle={"knob_x": 3})[-1][1].ml_ticks > 0
