@@ -15,6 +15,7 @@ import json
 import logging
 import math
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,7 +29,7 @@ from .durable import set_aside, write_durably
 from .efficiency import (
     EfficiencyWindow,
     Hold,
-    Sandwich,
+    Interleaving,
     Settling,
     episode_ticks,
     pair_span,
@@ -140,15 +141,12 @@ class ModelProxy:
         #: the exchange's, time.monotonic unless a test drives it in virtual time
         self.clock = runtime.exchange.clock
         self.last_trainer_input = self.clock()
-        self._ml_credit = 0.0
         # knobs with carry-over (Knob.settle_ticks): episodes and settling ticks
         self._settle = {name: knob.settle_ticks for name, knob in runtime.subsystem.knobs.items()}
         self.settling = Settling(self._settle)
-        self.sandwich = Sandwich()
+        self.interleaving = Interleaving(zlib.crc32(name.encode()))
         self.hold = Hold()
         self.window.max_span = pair_span(self.carry_over())
-        self._episode_left = 0
-        self._episode_ml = False
         self._last_transition_tick = runtime.next_tick
         self._ml_since_transition = 0
         self._calm_ticks = 0
@@ -569,32 +567,14 @@ class ModelProxy:
         return episode_ticks(self.carry_over())
 
     def wants_ml(self) -> bool:
-        """Deterministic interleaving: a credit accumulator gives the exact share.
+        """Deterministic interleaving at the mode's share (`Interleaving`).
 
         It decides per episode (`episode_ticks`, one tick unless a controlled
-        knob carries over: efficiency.py says why), and with carry-over the
-        episodes are sandwiched (`Sandwich`) so that some ML episodes have a
-        default episode on both sides; a share of 0 (emergency) ends an ML
-        episode at once.
+        knob carries over: efficiency.py says why).
         """
-        share = self.share()
-        if share == 0.0:
-            self._episode_left = 0
-            self.sandwich.reset()
-            return False
-        if self._episode_left > 0:
-            self._episode_left -= 1
-            return self._episode_ml
-        self._ml_credit += share
-        self._episode_ml = self._ml_credit >= 1.0 - 1e-9
-        if self._episode_ml:
-            self._ml_credit -= 1.0
         settle = self.carry_over()
-        if settle:
-            self._episode_ml = self.sandwich(self._episode_ml)
         self.window.max_span = pair_span(settle)
-        self._episode_left = self.episode_ticks() - 1
-        return self._episode_ml
+        return self.interleaving(self.share(), settle)
 
     def expire(self, tick: int) -> None:
         rec = self.current
@@ -623,7 +603,8 @@ class ModelProxy:
                 self._remove_policy(f"failed: {type(exc).__name__}: {str(exc)[:200]}")
                 return None
             if self.carry_over():
-                knobs, expected = self.hold(tick, knobs, expected, self.episode_ticks())
+                knobs, expected = self.hold(tick, knobs, expected, self.episode_ticks(),
+                                            current)
             return Decision(dict(knobs), expected, "policy", None)
         return None
 

@@ -20,6 +20,7 @@ from mlfs.abi import Knob, Objective, Sample, Subsystem, subsystem_problems
 from mlfs.config import parse_config
 from mlfs.core.efficiency import (
     EfficiencyWindow,
+    Hold,
     Sandwich,
     Settling,
     episode_ticks,
@@ -129,7 +130,9 @@ def test_phases_shorter_than_the_gap_between_default_episodes_do_not_fool_the_es
             rt.tick()
         stats = proxy.window.stats()
         assert proxy.ml_ticks == pytest.approx(6000 * share, abs=20), "the share is kept"
-        assert stats.ml_ticks >= 40, "enough sandwiched pairs to judge"
+        # 55 before default episodes got their random tail (`Interleaving`): fewer
+        # default episodes per tick, so fewer sandwiches
+        assert stats.ml_ticks >= 30, "enough sandwiched pairs to judge"
         assert stats.efficiency == pytest.approx(GAIN, abs=0.05), stats
     finally:
         rt.close()
@@ -172,14 +175,42 @@ def test_episodes_keep_each_modes_share_and_every_ml_tick_gets_a_feedback_row(tm
             before = proxy.ml_ticks
             rt.tick()
             controllers.append("ml" if proxy.ml_ticks > before else "default")
-        assert controllers.count("ml") == 500
-        runs = [len(list(g)) for _, g in itertools.groupby(controllers)]
-        assert set(runs) == {episode_ticks(2)} == {4}, "episodes of 2k ticks"
+        assert abs(controllers.count("ml") - 500) <= episode_ticks(2), "the share, in ticks"
+        runs = collections.defaultdict(set)
+        for who, group in itertools.groupby(controllers):
+            runs[who].add(len(list(group)))
+        runs["ml"].discard(2 * episode_ticks(2))  # two ML episodes in a row
+        assert runs["ml"] <= {episode_ticks(2)} | {1, 2, 3}, "ML episodes of 2k ticks"
+        assert runs["default"] - {1, 2, 3} == {4, 5}, "defaults of 2k to 2k + k // 2"
         proxy.stop()  # flushes the ML ticks still waiting for a clean default
         proxy.feedback.seal_now()
         feedback = proxy.feedback.read_all()
-        assert feedback.num_rows == proxy.ml_ticks == 500, "nothing lost"
-        assert proxy.window.stats().ml_ticks < 500 / 2 + 1, "only the clean half counted"
+        assert feedback.num_rows == proxy.ml_ticks, "nothing lost"
+        assert proxy.window.stats().ml_ticks < proxy.ml_ticks / 2 + 1, "only the clean half"
+    finally:
+        rt.close()
+
+
+def test_the_schedule_drifts_across_a_periodic_workload_so_every_phase_is_judged(tmp_path):
+    """Phases of exactly 30 ticks: a 60-tick cycle, three times the 20-tick period of
+    fixed episodes (k = 5), which locked the schedule in phase with it, so that one
+    phase had a default, an ML and a default episode inside every visit and the other
+    inside none (fio's 61-tick checkpoint/tempfiles cycle, docs/bench/dirty-win-12).
+    The default episodes' random tail lets the schedule drift: both phases are judged,
+    each at the true gain."""
+    rt = served(tmp_path, lag=5, declared=5, phase_ticks=(30, 30),
+                modes="window_ticks = 20000\n")
+    try:
+        proxy = pinned(rt, "collaboration")
+        for _ in range(3000):
+            rt.tick()
+        pairs = list(proxy.window._pairs)
+        by_phase = {level: [(o, b) for _, o, b in pairs if (b > 50) == (level == "high")]
+                    for level in ("high", "low")}
+        for level, got in by_phase.items():
+            assert len(got) >= 50, (level, len(got))
+            ratio = sum(o for o, _ in got) / sum(b for _, b in got)
+            assert ratio == pytest.approx(GAIN, abs=0.05), (level, ratio)
     finally:
         rt.close()
 
@@ -188,13 +219,11 @@ def test_emergency_ends_an_ml_episode_at_once(tmp_path):
     rt = served(tmp_path, lag=5, declared=5)
     try:
         proxy = pinned(rt, "recommendation")
-        for _ in range(episode_ticks(5) + 2):  # a default episode first (credit 0.95), then ML
+        while proxy.ml_ticks < 2:  # a default episode first, then ML
             rt.tick()
-        ml = proxy.ml_ticks
-        assert ml == 2
         proxy.set_mode(b"emergency\n")
         rt.tick()
-        assert proxy.ml_ticks == ml
+        assert proxy.ml_ticks == 2
     finally:
         rt.close()
 
@@ -368,11 +397,37 @@ def test_without_carry_over_a_policy_may_change_the_knob_on_every_tick(tmp_path)
 
 def test_a_carry_over_knob_set_by_a_policy_is_held_for_an_episode_after_each_change(tmp_path):
     """The flip-flopping of docs/bench/dirty-win-2's policies, which left 0 counted pairs:
-    with k = 3 the policy's setting changes at most once per 2k = 6 ticks, and it still
-    changes (the policy is not frozen)."""
+    with k = 3 the policy's setting changes at most once per 2k = 6 ticks after the
+    run's one correction of its first choice, and it still changes (the policy is not
+    frozen)."""
     applied = applied_under_policy(tmp_path, settle=3)
     ml = applied[applied.index(next(x for x in applied if x)):]  # from the first ML tick
     changes = [i for i in range(1, len(ml)) if ml[i] != ml[i - 1]]
     assert len(changes) >= 5, ml
+    assert changes[0] == 1, "the first choice corrected at once"
     assert all(b - a >= episode_ticks(3) for a, b in itertools.pairwise(changes)), ml
     assert set(ml) == {2, 8}
+
+
+def test_a_runs_first_choice_may_be_corrected_once_but_never_back_to_the_setting_it_left():
+    """A run's first choice is made from a window another controller ran (fio's idle
+    second between two jobs, docs/bench/dirty-win-12): pinning it for an episode pins
+    a guess."""
+    hold, default = Hold(), {"x": 10}
+    assert hold(100, {"x": 8}, 1.0, 10, default) == ({"x": 8}, 1.0), "the run's choice"
+    assert hold(101, {"x": 8}, 1.0, 10, default)[0] == {"x": 8}
+    assert hold(102, {"x": 1}, 2.0, 10, default) == ({"x": 1}, 2.0), "its correction"
+    for tick in range(103, 112):
+        assert hold(tick, {"x": 8}, 1.0, 10, default) == ({"x": 1}, None), "then held"
+    assert hold(112, {"x": 8}, 1.0, 10, default) == ({"x": 8}, 1.0), "an episode later"
+
+    hold = Hold()
+    hold(200, {"x": 8}, 1.0, 10, default)
+    assert hold(201, {"x": 10}, 1.0, 10, default) == ({"x": 8}, None), \
+        "a return to the setting the run left is the flip-flop the hold is for"
+    assert hold(202, {"x": 1}, 1.0, 10, default) == ({"x": 1}, 1.0), "a correction"
+
+    hold = Hold()
+    assert hold(300, {"x": 10}, 1.0, 10, default)[0] == {"x": 10}, "no change, no hold"
+    assert hold(301, {"x": 1}, 1.0, 10, default) == ({"x": 1}, 1.0)
+    assert hold(302, {"x": 4}, 1.0, 10, default) == ({"x": 1}, None)
