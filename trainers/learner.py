@@ -666,8 +666,8 @@ class KnobLearner:
         a carry-over knob settled is left out of the fit, so it must not count
         here either: an exploration cut short by a phase change before its
         setting settled has told the model nothing, and counted it would stop
-        coverage from trying the setting there again (README, "The dirty ratios,
-        fifth try": the 1 % background ratio in the checkpoint phase, 7 rows, none
+        coverage from trying the setting there again (docs/bench/dirty-ratios.md,
+        "fifth try": the 1 % background ratio in the checkpoint phase, 7 rows, none
         settled).
         """
         X, _, _ = self._training_set()

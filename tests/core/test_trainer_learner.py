@@ -196,7 +196,7 @@ def test_coverage_counts_only_settled_rows_of_a_carry_over_knob() -> None:
     The fit leaves those rows out (`_settled`), so coverage must not count them:
     an exploration cut short by a phase change before its setting settled would
     otherwise mark the setting as seen, and it is never tried again there
-    (README, "The dirty ratios, fifth try": the 1 % background ratio in the
+    (docs/bench/dirty-ratios.md, "fifth try": the 1 % background ratio in the
     checkpoint phase, 7 rows, none settled).  Here 64, 128 and 256 hold for 10
     ticks at a time, 512 for 2 ticks (never settled under a carry-over of 3):
     512 is one of the unseen.
