@@ -90,7 +90,8 @@ for carry-over knobs:
 - a pair counts only if its two bracketing clean defaults are at most
   `pair_span(k)` = 3k + 1 ticks apart: what one ML episode between two
   default episodes gives (k clean defaults, the ML episode's 2k ticks, the
-  default episode's k settling ticks).  A phase has to begin and end
+  default episode's k settling ticks; k // 2 more since reverse pairs, see
+  "Balanced against the phase's own profile" below).  A phase has to begin and end
   within the 3k ticks between them to slip through unseen, and then only if
   the phases on either side have the same level; a longer one changes one
   of the two defaults and the unstable-ratio test sees it.  So phases of
@@ -106,6 +107,49 @@ for carry-over knobs:
   estimate needs more ticks to be confident, which is the price of
   comparing only like with like.  The other ML ticks still get their
   feedback rows (with the baseline they had).
+
+Balanced against the phase's own profile
+----------------------------------------
+A counted pair needs a default, an ML and a default episode inside one
+workload phase, so where phases are a few episodes long its ML ticks sit
+in a phase's middle and its defaults at the phase's edges.  A phase whose
+middle differs from its edges (a job that starts and ends slowly; fio's
+checkpoint writer, whose MiB/s runs a ~10 s cycle from the visit's start)
+is then read as the model's doing: a policy running the default's own
+setting read 1.17 in checkpoint (50 pairs, docs/bench/dirty-win-13, run 1),
+and a simulated phase whose middle runs 1.5 times its edges turned a true
+1.20 into 1.33 in every mode (tests/core/test_efficiency_carryover.py).
+So with carry-over the window also counts *reverse* pairs: a clean default
+tick against the clean ML ticks that bracket it (the same span and
+stability rules), which sit the other way round in the phase.  With a
+forward ratio F = gain x profile and a reverse ratio R = profile / gain,
+sqrt(F / R) cancels the profile (the crossover design's ABA against BAB);
+the simulated phase reads 1.19.
+
+A visit holds one kind of sandwich or the other, seldom both, so the two
+kinds can fall in different phases (dirty-win-13, run 2: 30 of the 35
+forward pairs in tempfiles, all 23 reverse ones in checkpoint), and one
+sqrt(F / R) would blend two phases' gains (1.125 against an equal-time
+1.01).  So the pairs are grouped by the default's level (sorted by it, a
+group ends where the level passes `unstable_ratio` times the group's
+lowest: the rule that already calls two defaults one workload level), and
+per group
+
+    efficiency(group) = sqrt(F / R), or F, or 1 / R   (what the group has)
+    efficiency        = the groups' mean weighted by their defaults' sum
+
+(the defaults' sum: the baselines of the group's forward pairs and the
+defaults of its reverse ones, which weighs a group as the plain ratio of
+sums weighed its pairs).  Without reverse pairs it is sum(observed) /
+sum(baseline) exactly as before.  Replayed on the judged rows of six runs
+(docs/bench/dirty-ratios.md, seventh try) it read within 0.02-0.07 of the
+interleaved equal-time ratio, where F alone was off by up to 0.50 (1.54
+against 1.04: no tempfiles pair counted); reverse pairs also bring in the
+phases where no forward pair fits.  The confidence is the delta method's
+over the groups.  Reverse pairs need a default episode between two ML
+episodes: above a share of 0.5 the ML runs give them; below it
+`Interleaving` sandwiches a default episode between two ML ones, as
+`Sandwich` does the other way round.
 
 A policy that changes its mind
 ------------------------------
@@ -144,6 +188,8 @@ class EfficiencyStats:
     ml_ticks: int
     default_ticks: int
     baseline: float
+    #: default ticks counted against the ML ticks around them (carry-over knobs only)
+    reverse_ticks: int = 0
 
 
 @dataclass(frozen=True)
@@ -166,10 +212,12 @@ def episode_ticks(settle: int) -> int:
 def pair_span(settle: int) -> int | None:
     """The widest bracket (ticks between the two clean defaults) a pair may have.
 
-    None (no limit) without carry-over; 3k + 1 with it: one ML episode
-    between two default episodes, see "Phases shorter than the gap" above.
+    None (no limit) without carry-over; 3k + 1 + k // 2 with it: one ML
+    episode between two default episodes (3k + 1, see "Phases shorter than
+    the gap" above), or one default episode, with its random tail of up to
+    k // 2 ticks (`Interleaving`), between two ML episodes (a reverse pair).
     """
-    return 3 * settle + 1 if settle > 0 else None
+    return 3 * settle + 1 + settle // 2 if settle > 0 else None
 
 
 class Sandwich:
@@ -234,6 +282,7 @@ class Interleaving:
         self._credit = 0.0  # share x ticks asked, less ML ticks asked
         self._left = 0  # ticks left of the running episode
         self._ml = False
+        self._upper = True  # the sandwich is of ML episodes (share >= 0.5), not of defaults
 
     def __call__(self, share: float, settle: int) -> bool:
         """Whether ML runs this tick, at `share` with a carry-over of `settle` ticks.
@@ -254,7 +303,18 @@ class Interleaving:
         default_length = length + (self._rng.randint(0, settle // 2) if settle else 0)
         self._credit += share * (length if asked_ml else default_length)
         self._credit -= length if asked_ml else 0
-        self._ml = self._sandwich(asked_ml) if settle else asked_ml
+        if not settle:
+            self._ml = asked_ml
+        else:
+            # above a share of 0.5 ML episodes come in runs: one is put between two
+            # defaults (`Sandwich`); below it the defaults do, and one of them is put
+            # between two ML episodes, for the reverse pairs (the same on the inverse)
+            upper = share >= 0.5
+            if upper != self._upper:
+                self._sandwich.reset()
+                self._upper = upper
+            self._ml = (self._sandwich(asked_ml) if upper
+                        else not self._sandwich(not asked_ml))
         self._left = (length if self._ml else default_length) - 1
         return self._ml
 
@@ -309,7 +369,12 @@ class Hold:
 
 
 class EfficiencyWindow:
-    """The last `size` ticks' pairs; `max_span` is `pair_span` (None: no limit)."""
+    """The last `size` ticks' pairs; `max_span` is `pair_span` (None: no limit).
+
+    With a span (carry-over knobs) the window also keeps *reverse* pairs: a
+    clean default tick against the clean ML ticks that bracket it (see
+    "Balanced against the phase's own profile" above).
+    """
 
     def __init__(self, size: int, goal: str, unstable_ratio: float = 2.0,
                  max_span: int | None = None) -> None:
@@ -322,6 +387,10 @@ class EfficiencyWindow:
         self._pending: list[tuple[int, float, object, bool]] = []
         self._pairs: collections.deque[tuple[int, float, float]] = collections.deque()
         self._defaults: collections.deque[int] = collections.deque()
+        # reverse pairs: clean defaults waiting for the next clean ML tick
+        self._last_ml: tuple[int, float] | None = None
+        self._pending_defaults: list[tuple[int, float]] = []
+        self._reverse: collections.deque[tuple[int, float, float]] = collections.deque()
 
     @property
     def baseline(self) -> float:
@@ -333,14 +402,34 @@ class EfficiencyWindow:
             return math.nan
         return observed / base if self.goal == "max" else base / observed
 
+    def _bracket_ok(self, before: float, after: float, span: int) -> bool:
+        """Two bracketing ticks of one level (unstable_ratio) within the span."""
+        return (min(before, after) > 0 and max(before, after) / min(before, after)
+                <= self.unstable_ratio and (self.max_span is None or span <= self.max_span))
+
     def add_ml(self, tick: int, objective: float, payload: object = None,
-               settling: bool = False) -> None:
+               settling: bool = False) -> int:
         """An ML tick waits for the next default tick to be judged.
 
         A `settling` one (see `Settling`) is resolved with the others but
-        never counted.
+        never counted.  A clean one closes the reverse pairs of the clean
+        defaults since the last clean ML tick; returns how many it counted
+        (the statistics changed when > 0).
         """
         self._pending.append((tick, objective, payload, settling))
+        if self.max_span is None or settling or not (math.isfinite(objective)
+                                                     and objective > 0):
+            return 0
+        counted = 0
+        if self._last_ml is not None and self._pending_defaults:
+            before_tick, before = self._last_ml
+            if self._bracket_ok(before, objective, tick - before_tick):
+                base = (before + objective) / 2
+                self._reverse.extend((t, value, base) for t, value in self._pending_defaults)
+                counted = len(self._pending_defaults)
+        self._pending_defaults = []
+        self._last_ml = (tick, objective)
+        return counted
 
     def add_default(self, tick: int, objective: float, settling: bool = False) -> list[Pair]:
         """A default tick resolves every ML tick since the previous one.
@@ -357,6 +446,8 @@ class EfficiencyWindow:
             self._last_default = objective
             self._last_default_tick = tick
             self._defaults.append(tick)
+            if self.max_span is not None and objective > 0:
+                self._pending_defaults.append((tick, objective))
         self._expire(tick)
         return resolved
 
@@ -370,10 +461,8 @@ class EfficiencyWindow:
             following = None
         sides = [v for v in (before, following) if v is not None]
         base = sum(sides) / len(sides) if sides else math.nan
-        stable = len(sides) == 2 and min(sides) > 0 and (
-            max(sides) / min(sides) <= self.unstable_ratio)
-        if stable and self.max_span is not None:
-            stable = tick - self._last_default_tick <= self.max_span
+        stable = len(sides) == 2 and self._bracket_ok(
+            before, following, 0 if tick is None else tick - self._last_default_tick)
         pairs = []
         for tick, observed, payload, settling in self._pending:
             ratio = self._ratio(observed, base)
@@ -386,61 +475,125 @@ class EfficiencyWindow:
 
     def _expire(self, tick: int) -> None:
         oldest = tick - self.size
-        while self._pairs and self._pairs[0][0] <= oldest:
-            self._pairs.popleft()
+        for kept in (self._pairs, self._reverse):
+            while kept and kept[0][0] <= oldest:
+                kept.popleft()
         while self._defaults and self._defaults[0] <= oldest:
             self._defaults.popleft()
 
     def clear(self) -> None:
         self._pairs.clear()
+        self._reverse.clear()
         self._defaults.clear()
         self._pending = []
+        self._pending_defaults = []
         self._last_default = None
         self._last_default_tick = None
+        self._last_ml = None
+
+    @staticmethod
+    def _paired(pairs: collections.deque[tuple[int, float, float]]
+                ) -> tuple[float, float] | None:
+        """sum(observed) / sum(baseline) and its delta-method standard error (nan
+        below two pairs); None without a usable pair."""
+        n = len(pairs)
+        observed = sum(p[1] for p in pairs)
+        base = sum(p[2] for p in pairs)
+        if n == 0 or base <= 0 or observed <= 0:
+            return None
+        ratio = observed / base
+        se = math.nan
+        if n >= 2:
+            residual = sum((o - ratio * b) ** 2 for _, o, b in pairs) / (n - 1)
+            se = math.sqrt(residual * n) / base
+        return ratio, se
+
+    def _levels(self) -> list[tuple[list, list]]:
+        """The forward and reverse pairs grouped by the default's level: sorted by it,
+        a group ends where the level passes `unstable_ratio` times the group's lowest
+        (the rule that calls two defaults one workload level)."""
+        ranked = sorted([(b, 0, o, b) for _, o, b in self._pairs]
+                        + [(o, 1, o, b) for _, o, b in self._reverse])
+        groups: list[tuple[list, list]] = []
+        floor = None
+        for level, kind, observed, base in ranked:
+            if floor is None or level > floor * self.unstable_ratio:
+                groups.append(([], []))
+                floor = level
+            groups[-1][kind].append((None, observed, base))
+        return groups
 
     def stats(self) -> EfficiencyStats:
-        n = len(self._pairs)
-        observed = sum(p[1] for p in self._pairs)
-        base = sum(p[2] for p in self._pairs)
-        if n == 0 or base <= 0 or observed <= 0:
-            return EfficiencyStats(math.nan, math.nan, n, len(self._defaults), self.baseline)
-        ratio = observed / base  # ML over default, before orienting by goal
-        confidence = math.nan
-        if n >= 2:
-            residual = sum((o - ratio * b) ** 2 for _, o, b in self._pairs) / (n - 1)
-            se = math.sqrt(residual * n) / base
-            if se > 0:
-                confidence = (ratio - 1.0) / se
+        """The paired efficiency and its confidence (see the module's docstring).
+
+        Without reverse pairs (no carry-over, or none counted yet) it is
+        sum(observed) / sum(baseline) over the pairs, as it always was.  With
+        them, per workload level: sqrt(F / R) where a level has both kinds, F
+        or 1 / R where it has one; the levels weighted by their defaults' sum.
+        """
+        n, m = len(self._pairs), len(self._reverse)
+        if not m:
+            forward = self._paired(self._pairs)
+            if forward is None:
+                return EfficiencyStats(math.nan, math.nan, n, len(self._defaults),
+                                       self.baseline, m)
+            ratio, se = forward
+        else:
+            total = weighted = variance = 0.0
+            for forward_pairs, reverse_pairs in self._levels():
+                forward, reverse = self._paired(forward_pairs), self._paired(reverse_pairs)
+                if forward is None and reverse is None:
+                    continue
+                if reverse is None:
+                    ratio, se = forward
+                elif forward is None:  # ML against the default, from the default's side
+                    ratio, se = 1.0 / reverse[0], reverse[1] / reverse[0] ** 2
+                else:  # balanced: the phase's own profile cancels
+                    ratio = math.sqrt(forward[0] / reverse[0])
+                    se = ratio / 2 * math.sqrt((forward[1] / forward[0]) ** 2
+                                               + (reverse[1] / reverse[0]) ** 2)
+                mass = (sum(b for _, _, b in forward_pairs)
+                        + sum(o for _, o, _ in reverse_pairs))  # the defaults' sum
+                total += mass
+                weighted += mass * ratio
+                variance += mass ** 2 * se ** 2 if math.isfinite(se) else 0.0
+            if total <= 0:
+                return EfficiencyStats(math.nan, math.nan, n, len(self._defaults),
+                                       self.baseline, m)
+            ratio, se = weighted / total, math.sqrt(variance) / total
+            if n + m < 2:
+                se = math.nan
+        confidence = (ratio - 1.0) / se if se > 0 else math.nan
         if self.goal == "min":
             ratio = 1.0 / ratio
             confidence = -confidence
-        return EfficiencyStats(ratio, confidence, n, len(self._defaults), self.baseline)
+        return EfficiencyStats(ratio, confidence, n, len(self._defaults), self.baseline, m)
 
 
 def replay(rows: Iterable[dict], model: str, goal: str, size: int,
            unstable_ratio: float = 2.0, settle: Mapping[str, int] | None = None,
            on_pair: Callable[[Pair], None] | None = None
            ) -> list[tuple[int, EfficiencyStats]]:
-    """The window's statistics after each default tick of `model`, from dataset rows.
+    """The window's statistics after each tick of `model` that changed them, from
+    dataset rows.
 
-    A dataset row with `model` == `model` is a tick the model recorded: an ML
-    tick when its `controller` is `ml`, else a default tick.  Fed to an
-    `EfficiencyWindow` in tick order they give what the model's `efficiency`
-    file showed at each default tick (only default ticks change the window,
-    so the value holds until the next one).  Two things the dataset does not
-    show make the daemon's window differ for up to `size` ticks: a daemon
-    restart (its window starts empty) and the cool-down after an efficiency
-    collapse (it clears the window); and a default tick on which another
-    started model is named in the row is not seen here.  `settle` maps the
-    dataset's knob columns (`knob_column`) to the knobs' `settle_ticks`; the
-    pair span is that of the largest (the daemon's is that of the knobs the
-    model controls, the same unless a model was given a subset).  `on_pair`
-    is called with each counted pair as it is resolved (which ticks the
-    estimate rests on, e.g. to split it by workload phase).  A row without
-    one of `settle`'s columns (a portion written before the knob existed,
-    or rows read without those columns) is settling: its knob value is
-    unknown, and taking it for unchanged would count every tick (a benchmark
-    read them so and counted 30-40 pairs where the daemon counted 5-15).
+    A dataset row with `model` == `model` is a tick the model recorded: an ML tick
+    when its `controller` is `ml`, else a default tick.  Fed to an
+    `EfficiencyWindow` in tick order they give what the model's `efficiency` file
+    showed after each default tick, and after each ML tick that counted reverse
+    pairs (carry-over knobs); the value holds until the next one. Two things the
+    dataset does not show make the daemon's window differ for up to `size` ticks: a
+    daemon restart (its window starts empty) and the cool-down after an efficiency
+    collapse (it clears the window); and a default tick on which another started
+    model is named in the row is not seen here.  `settle` maps the dataset's knob
+    columns (`knob_column`) to the knobs' `settle_ticks`; the pair span is that of
+    the largest (the daemon's is that of the knobs the model controls, the same
+    unless a model was given a subset).  `on_pair` is called with each counted pair
+    as it is resolved (which ticks the estimate rests on, e.g. to split it by
+    workload phase).  A row without one of `settle`'s columns (a portion written
+    before the knob existed, or rows read without those columns) is settling: its
+    knob value is unknown, and taking it for unchanged would count every tick (a
+    benchmark read them so and counted 30-40 pairs where the daemon counted 5-15).
     """
     window = EfficiencyWindow(size, goal, unstable_ratio,
                               pair_span(max((settle or {}).values(), default=0)))
@@ -454,7 +607,8 @@ def replay(rows: Iterable[dict], model: str, goal: str, size: int,
         value = math.nan if value is None else float(value)
         unsettled = settling(row) or not known.issubset(row)
         if row.get("controller") == "ml":
-            window.add_ml(row["tick"], value, settling=unsettled)
+            if window.add_ml(row["tick"], value, settling=unsettled):
+                out.append((row["tick"], window.stats()))  # reverse pairs counted
         else:
             resolved = window.add_default(row["tick"], value, settling=unsettled)
             if on_pair is not None:

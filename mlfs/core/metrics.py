@@ -231,6 +231,10 @@ def render(exchange: Exchange) -> str:
                      "ML ticks counted in the window's efficiency (stable pairs; settling "
                      "ticks and pairs straddling a workload change are left out).",
                      stats.ml_ticks, **labels)
+            w.metric("mlfs_model_efficiency_reverse_pairs", "gauge",
+                     "Default ticks counted against the ML ticks around them (carry-over "
+                     "knobs: they balance a workload phase's own profile out, efficiency.py).",
+                     stats.reverse_ticks, **labels)
             for mode in MODES:
                 w.metric("mlfs_model_mode", "gauge", "1 for the model's current mode.",
                          1 if proxy.mode == mode else 0, mode=mode, **labels)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import math
 import random
 
 import pytest
@@ -21,6 +22,7 @@ from mlfs.config import parse_config
 from mlfs.core.efficiency import (
     EfficiencyWindow,
     Hold,
+    Interleaving,
     Sandwich,
     Settling,
     episode_ticks,
@@ -44,34 +46,39 @@ class Lagged(Subsystem):
     features = {"load": "float64"}
 
     def __init__(self, lag: int, declared: int, seed: int = 2,
-                 phase_ticks: int | None = None) -> None:
+                 phase_ticks: int | None = None, bulge: float = 0.0) -> None:
         self.knobs = {"x": Knob("x", "int", 0, 0, 8, settle_ticks=declared)}
         self.felt = collections.deque([0] * lag, maxlen=lag + 1)
         self.rng = random.Random(seed)
         # None: one phase; (lo, hi): phases of lo..hi ticks alternating between two levels
         self.phase_ticks = phase_ticks
-        self.level, self.phase_left = 100.0, 0
+        self.level, self.phase_left, self.phase_length = 100.0, 0, 1
+        # a phase's own profile: its middle `bulge` times above its edges (a job that
+        # starts and ends slowly, or fio's checkpoint cycle: docs/bench/dirty-win-13)
+        self.bulge = bulge
 
     def next_phase(self) -> None:
         """100, then 2.5, and so on (as fio's stream-write at ~220 MiB/s against
         db-commit at ~2-3 MiB/s), each phase of a random length."""
         if self.phase_ticks:
             self.level = 2.5 if self.level == 100.0 else 100.0
-            self.phase_left = self.rng.randint(*self.phase_ticks)
+            self.phase_left = self.phase_length = self.rng.randint(*self.phase_ticks)
 
     def step(self, knobs):
         if self.phase_left <= 0:
             self.next_phase()
         self.phase_left -= 1
         self.felt.append(knobs["x"])
-        value = self.level * (GAIN if self.felt[0] != 0 else 1.0)
+        where = (self.phase_length - self.phase_left - 0.5) / self.phase_length
+        value = (self.level * (GAIN if self.felt[0] != 0 else 1.0)
+                 * (1 + self.bulge * math.sin(math.pi * where)))
         return Sample({"load": 1.0}, value * (1 + self.rng.gauss(0, 0.02)))
 
 
 def served(tmp_path, lag: int, declared: int, phase_ticks: tuple[int, int] | None = None,
-           modes: str = "") -> SubsystemRuntime:
+           modes: str = "", bulge: float = 0.0) -> SubsystemRuntime:
     config = parse_config("[modes]\nsilence_seconds = 1e9\n" + modes, "test")
-    subsystem = Lagged(lag, declared, phase_ticks=phase_ticks)
+    subsystem = Lagged(lag, declared, phase_ticks=phase_ticks, bulge=bulge)
     return Exchange(config, tmp_path, [subsystem]).runtimes["test.lag"]
 
 
@@ -153,15 +160,30 @@ def test_sandwiching_keeps_the_share_and_puts_an_ml_episode_between_two_defaults
     assert sandwiched >= 4000 / period - 2, (sandwiched, period)
 
 
+@pytest.mark.parametrize("share", [0.1, 0.3, 0.5, 0.8, 0.95])
+def test_the_schedule_keeps_the_share_and_sandwiches_both_ways(share):
+    """Some ML episodes between two default episodes (forward pairs) and some default
+    episodes between two ML episodes (reverse pairs), at every share."""
+    schedule, settle = Interleaving(seed=7), 5
+    ticks = [schedule(share, settle) for _ in range(20000)]
+    assert abs(sum(ticks) - 20000 * share) <= episode_ticks(settle)
+    runs = [(ml, len(list(group))) for ml, group in itertools.groupby(ticks)]
+    inner = runs[1:-1]  # each between two runs of the other kind
+    forward = sum(1 for ml, length in inner if ml and length == episode_ticks(settle))
+    reverse = sum(1 for ml, length in inner
+                  if not ml and length <= pair_span(settle) - settle - 1)
+    assert forward >= 20 and reverse >= 20, (forward, reverse)
+
+
 def test_a_pair_whose_defaults_are_further_apart_than_its_span_is_not_counted():
-    assert pair_span(0) is None and pair_span(5) == 16
-    window = EfficiencyWindow(1000, "max", max_span=16)
+    assert pair_span(0) is None and pair_span(5) == 18
+    window = EfficiencyWindow(1000, "max", max_span=18)
     window.add_default(0, 100.0)
     window.add_ml(8, 130.0, "near")
-    (near,) = window.add_default(16, 100.0)
+    (near,) = window.add_default(18, 100.0)
     window.add_ml(30, 130.0, "far")
-    (far,) = window.add_default(33, 100.0)
-    assert near.stable and not far.stable, "17 ticks between the defaults"
+    (far,) = window.add_default(37, 100.0)
+    assert near.stable and not far.stable, "19 ticks between the defaults"
     assert far.baseline == 100.0, "it still gets its baseline for the feedback row"
     assert window.stats().ml_ticks == 1
 
@@ -213,6 +235,57 @@ def test_the_schedule_drifts_across_a_periodic_workload_so_every_phase_is_judged
             assert ratio == pytest.approx(GAIN, abs=0.05), (level, ratio)
     finally:
         rt.close()
+
+
+@pytest.mark.parametrize("mode", ["learning", "collaboration", "recommendation"])
+def test_a_phases_own_profile_is_balanced_out_by_counting_defaults_between_ml_ticks(
+        tmp_path, mode):
+    """Phases of 28-34 ticks whose middle runs 1.5 times their edges.  A counted pair
+    needs a default, an ML and a default episode inside one phase, so its ML ticks sit
+    in a phase's middle and its defaults at the edges: pairs alone read the profile
+    as gain (fio's checkpoint, docs/bench/dirty-win-13: 1.17 for a policy running the
+    default's own setting).  A default tick between two ML episodes is measured the
+    other way round, and the two together cancel the profile."""
+    rt = served(tmp_path, lag=5, declared=5, phase_ticks=(28, 34), bulge=0.5,
+                modes="window_ticks = 20000\n")
+    try:
+        proxy = pinned(rt, mode)
+        for _ in range(8000):
+            rt.tick()
+        window = proxy.window
+        forward = sum(o for _, o, _ in window._pairs) / sum(b for _, _, b in window._pairs)
+        stats = window.stats()
+        assert forward > GAIN + 0.06, ("the pairs alone are fooled", forward)
+        assert stats.reverse_ticks >= 20 and stats.ml_ticks >= 20, stats
+        assert stats.efficiency == pytest.approx(GAIN, abs=0.03), stats
+    finally:
+        rt.close()
+
+
+def test_forward_and_reverse_pairs_are_balanced_within_a_workload_level_only():
+    """A visit holds a default-ML-default sandwich or an ML-default-ML one, seldom both,
+    so the two kinds can fall in different phases (docs/bench/dirty-win-13, run 2:
+    forward pairs in tempfiles, reverse ones in checkpoint).  Each level is measured by
+    what it has, and the levels are weighed by their defaults' sum, not blended."""
+    window = EfficiencyWindow(10_000, "max", max_span=18)
+    tick = 0
+    for _ in range(20):  # level 100: ML as good as the default, forward pairs only
+        window.add_default(tick, 100.0)
+        window.add_ml(tick + 8, 100.0)
+        window.add_default(tick + 16, 100.0)
+        tick += 40
+    for _ in range(20):  # level 2.5: ML 25 % better, reverse pairs only
+        window.add_ml(tick, 3.125)
+        window.add_default(tick + 8, 2.5)
+        window.add_ml(tick + 16, 3.125)
+        tick += 40
+    stats = window.stats()
+    assert stats.ml_ticks == 20 and stats.reverse_ticks == 20
+    # each level's weight: its forward pairs' baselines and its reverse pairs' defaults
+    weight_high, weight_low = 20 * 100.0, 20 * 2.5
+    expected = (weight_high * 1.0 + weight_low * 1.25) / (weight_high + weight_low)
+    assert stats.efficiency == pytest.approx(expected)
+    assert stats.efficiency < 1.01, "not sqrt(F / R) = 1.118 across the two levels"
 
 
 def test_emergency_ends_an_ml_episode_at_once(tmp_path):
