@@ -1,16 +1,17 @@
 """Issue 13, item 4 per phase: the proxy's judged estimate against the interleaved result.
 
-    python -m tests.bench.judged_phases docs/bench/dirty-win-12
+    python -m tests.bench.judged_phases docs/bench/dirty-win-13
 
 For each run<N>.json with its run<N>-all.parquet (every row of the run, kept
 by `fio_win --json-dir`), the judged stretch (the collaboration rows) is
 replayed through the proxy's own rule (`fio_win.replay_judged`, the
-pair span and settle ticks of the knob), and its counted pairs are split by
-the phase of their tick (from the model's own feature).  The proxy's ratio
-is a sum of observed over a sum of baselines, so a phase weighs by its
-counted pairs times its level; the interleaved result weighted the same way
-is what the estimate should agree with, beside the equal-time ratio the
-runs report.
+pair span and settle ticks of the knob), and its counted (forward) pairs
+are split by the phase of their tick (from the model's own feature): per
+phase, their sum of observed over their sum of baselines against the
+interleaved result of that phase, and the interleaved result weighted as
+those pairs.  The estimate itself (balanced with the reverse pairs, see
+mlfs/core/efficiency.py) weighs the workload's levels by their defaults'
+sums, which is what the equal-time ratio of the runs does.
 """
 
 from __future__ import annotations
@@ -57,7 +58,8 @@ def judged_by_phase(directory: Path, run: int, candidate: str = "dirty") -> dict
     stats = replay_judged(judged, model, "max", settle, on_pair=pairs.append)
     mib = {c: result["conditions"][c]["mib_per_s"] for c in ("default", "mlfs")}
     out: dict = {"run": run, "judged_alone": stats.efficiency if stats else None,
-                 "pairs": len(pairs), "phases": {}}
+                 "pairs": len(pairs), "reverse": stats.reverse_ticks if stats else 0,
+                 "phases": {}}
     weighted_mlfs = weighted_default = 0.0
     for phase in result["phases"]:
         mine = [p for p in pairs if phases.get(p.tick) == phase]
@@ -90,9 +92,11 @@ def main(argv: list[str]) -> int:
             f"x{c['interleaved']:.3f}" if c["proxy"] is not None else
             f"{phase} no pairs (interleaved x{c['interleaved']:.3f})"
             for phase, c in got["phases"].items())
+        weighted = got["interleaved_weighted"]
         print(f"run {run}: judged stretch alone {got['judged_alone']:.3f} ({got['pairs']} "
-              f"pairs) vs interleaved x{got['interleaved_weighted']:.3f} weighted as those "
-              f"pairs (equal-time x{got['interleaved_equal_time']:.3f}); {cells}")
+              f"pairs, {got['reverse']} reverse) vs interleaved equal-time "
+              f"x{got['interleaved_equal_time']:.3f}; the pairs alone: {cells}; interleaved "
+              + (f"x{weighted:.3f}" if weighted is not None else "-") + " weighted as them")
     return 0
 
 
