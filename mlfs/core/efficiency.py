@@ -175,7 +175,7 @@ from __future__ import annotations
 import collections
 import math
 import random
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from mlfs.abi import Settling
@@ -492,7 +492,7 @@ class EfficiencyWindow:
         self._last_ml = None
 
     @staticmethod
-    def _paired(pairs: collections.deque[tuple[int, float, float]]
+    def _paired(pairs: Collection[tuple[int | None, float, float]]
                 ) -> tuple[float, float] | None:
         """sum(observed) / sum(baseline) and its delta-method standard error (nan
         below two pairs); None without a usable pair."""
