@@ -18,14 +18,17 @@ applied; rates are per second):
   ``write_kb_per_call`` (KiB per write(2) call, 0 with no calls),
   ``bulk_write_kb_per_call`` (the byte-weighted median of each process's
   KiB per call: the call size of the writers that carry the bytes, which
-  other processes' small calls do not dilute; 0 with no bytes) and
-  ``write_calls_per_s``.  The size of an application's writes is its own
-  choice, which no vm knob changes, while every kernel-side rate above moves
-  with the dirty limits (a writer throttled by them dirties, writes back and
-  stalls differently); so it tells a phase of 1 MiB checkpoint writes from
-  one of 64 KiB scratch writes under any setting.  A process that ends
-  within a window is not counted; an unprivileged daemon sees its user's
-  processes only;
+  other processes' small calls do not dilute; a window in which all
+  processes together wrote under ``BULK_MIN_MB_PER_S`` keeps the previous
+  window's value, the first window reads its own) and ``write_calls_per_s``.
+  The size of an application's writes is its own choice, which no vm knob
+  changes, while every kernel-side rate above moves with the dirty limits
+  (a writer throttled by them dirties, writes back and stalls differently);
+  so it tells a phase of 1 MiB checkpoint writes from one of 64 KiB scratch
+  writes under any setting, and a checkpoint writer waiting in fdatasync
+  (seconds in which only other processes' few KiB are written) stays the
+  checkpoint phase.  A process that ends within a window is not counted; an
+  unprivileged daemon sees its user's processes only;
 - gauges: ``dirty_mb``, ``writeback_mb`` (/proc/meminfo Dirty, Writeback),
   ``dirty_threshold_mb`` (vmstat nr_dirty_threshold: what dirty_ratio
   means in bytes right now), ``mem_available_frac`` (MemAvailable /
@@ -112,6 +115,11 @@ __all__ = ["FEATURES", "LinuxVM", "SPECS"]
 SYSCTL = Path("/proc/sys/vm")
 PAGE_BYTES = 4096
 PSI_RESOURCES = ("cpu", "memory", "io")
+#: below this, a window has no bulk writer: ``bulk_write_kb_per_call`` keeps its last
+#: value.  Seconds of a checkpoint writer waiting in fdatasync wrote 0-0.3 MB/s (a
+#: daemon's log, a metrics agent; at most 3.8 MB/s in 134 such windows), the fio phases
+#: themselves 3.7-2,600 MB/s (docs/bench/dirty-ratios.md, "Windows without the writer")
+BULK_MIN_MB_PER_S = 1.0
 
 SPECS: dict[str, KnobSpec] = {
     "swappiness": KnobSpec("swappiness", SYSCTL / "swappiness", lo=0, hi=200),
@@ -208,6 +216,8 @@ class LinuxVM(LinuxSubsystem):
         self._setup(name=name, specs=SPECS, rules=rules, state_dir=state_dir,
                     tick_seconds=tick_seconds, measure_seconds=measure_seconds,
                     objective=objective, goal=goal, features=FEATURES, choices={})
+        #: the last window's bulk writer's call size, held over windows without one
+        self._bulk_kb: float | None = None
         self.description = (
             "Linux memory management (vm.* sysctls); features from /proc/vmstat, "
             f"/proc/meminfo and /proc/pressure; {self.safety}"
@@ -238,7 +248,9 @@ class LinuxVM(LinuxSubsystem):
         nbytes = sum(written for written, _ in writes)
         ncalls = sum(calls for _, calls in writes)
         out["write_kb_per_call"] = nbytes / ncalls / 1024 if ncalls else 0.0
-        out["bulk_write_kb_per_call"] = bulk_write_kb_per_call(writes)
+        if self._bulk_kb is None or nbytes >= BULK_MIN_MB_PER_S * 1e6 * seconds:
+            self._bulk_kb = bulk_write_kb_per_call(writes)
+        out["bulk_write_kb_per_call"] = self._bulk_kb
         out["write_calls_per_s"] = ncalls / seconds
         out["dirty_mb"] = mem.get("Dirty", 0) * 1024 / 1e6
         out["writeback_mb"] = mem.get("Writeback", 0) * 1024 / 1e6

@@ -59,6 +59,9 @@ __all__ = [
 
 #: beyond this many knob combinations the grid is searched one knob at a time
 MAX_CANDIDATES = 4096
+#: coverage's "states like this one": rows within this many standard deviations (root
+#: mean square over the features) of the state (`KnobLearner._local_counts`)
+STATE_RADIUS = 1.5
 
 
 def _as_float_column(table: pa.Table, name: str) -> np.ndarray:
@@ -669,6 +672,18 @@ class KnobLearner:
         coverage from trying the setting there again (docs/bench/dirty-ratios.md,
         "fifth try": the 1 % background ratio in the checkpoint phase, 7 rows, none
         settled).
+
+        States like this one: the `k` nearest rows in standardized feature space,
+        and of those only the ones within 1.5 standard deviations (root mean
+        square over the features).  The `k` nearest alone reach into the next phase as long
+        as this one has fewer than `k` rows: at tick 331 of docs/bench/dirty-win-12
+        run 2 the checkpoint phase had 127 settled rows, the 200 nearest took 73 of
+        the scratch phase's, whose 5 rows at 1 % counted for checkpoint, and 1 % was
+        never tried there.  Two phases that differ in a feature lie at least two of
+        its standard deviations apart (the spread of two values mixed in any
+        proportion is at most half their distance), so the radius keeps them apart
+        when that feature is the only one; it is not smaller because a feature that
+        is noise within a phase puts two of its rows sqrt(2) deviations apart.
         """
         X, _, _ = self._training_set()
         if not len(X):
@@ -678,6 +693,7 @@ class KnobLearner:
         d = np.nansum((np.nan_to_num(z, nan=0.0) - np.nan_to_num(z0, nan=0.0)) ** 2, axis=1)
         k = min(k, len(d))
         near = np.argpartition(d, k - 1)[:k]
+        near = near[d[near] <= STATE_RADIUS**2 * len(self.features)]
         tried = X[near, len(self.features):]
         return (tried[:, None, :] == codes[None, :, :]).all(axis=2).sum(axis=0)
 

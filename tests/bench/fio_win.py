@@ -160,9 +160,12 @@ WIN_KNOBS = {"queue": ("scheduler", "nr_requests"),
 #: dirty ratios, the size of the write(2) calls of the process holding the window's
 #: median byte (linux.vm's bulk_write_kb_per_call, from /proc/<pid>/io): 1 MiB in
 #: checkpoint, 64 KiB in scratch and tempfiles, under every ratio, since the
-#: application chooses it.  The plain mean (write_kb_per_call) spread 243-990 KiB
-#: within checkpoint, diluted by other processes' small calls while fio waited in
-#: fdatasync, and the trees split the phase there (docs/bench/dirty-win-11).  Every
+#: application chooses it; a second in which fio waits in fdatasync and only other
+#: processes write keeps the last second's size (linux_vm.BULK_MIN_MB_PER_S), where it
+#: read 0.0 and the policy chose 8 % for it (docs/bench/dirty-ratios.md).  The plain
+#: mean (write_kb_per_call) spread 243-990 KiB within checkpoint, diluted by other
+#: processes' small calls while fio waited in fdatasync, and the trees split the
+#: phase there (docs/bench/dirty-win-11).  Every
 #: kernel-side feature follows the knob (the dirty and writeback MB, the pages
 #: dirtied and written back, the device's writes, io pressure), and a row taken
 #: under a held setting carries that setting's effect in them, so the trees explain
