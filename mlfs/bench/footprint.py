@@ -7,14 +7,17 @@ import statistics
 import time
 
 from .harness import Session, mount_config, progress
-from .plan import FOOTPRINT_SEAL_SECONDS, Plan
+from .plan import Plan
 from .stats import Row, summarize
 
 
 def bench_footprint(session: Session, plan: Plan) -> list[Row]:
-    """An idle mount, three subsystems at 1 tick/s, default sealing: what it costs to keep."""
+    """An idle mount, three subsystems at 1 tick/s: what it costs to keep.
+
+    Sealing every `plan.footprint_seal_seconds`: the default 10 s in a full run.
+    """
     state = session.root / "footprint-state"
-    mount = session.mount("footprint", mount_config(FOOTPRINT_SEAL_SECONDS), state)
+    mount = session.mount("footprint", mount_config(plan.footprint_seal_seconds), state)
     try:
         progress(f"footprint: warming up {plan.footprint_warmup:g} s")
         time.sleep(plan.footprint_warmup)
@@ -38,7 +41,8 @@ def bench_footprint(session: Session, plan: Plan) -> list[Row]:
         Row("footprint_cpu", "footprint: daemon CPU, 3 subsystems at 1 tick/s",
             {"% of one core": summarize(cpu)}, None, None, "≤ 1%",
             statistics.median(cpu) <= 1.0,
-            f"{window} after {plan.footprint_warmup:g} s of warm-up (past the first seal), "
+            f"{window} after {plan.footprint_warmup:g} s of warm-up (past the first seal; "
+            f"a seal every {plan.footprint_seal_seconds:g} s), "
             "utime+stime from /proc/<pid>/stat (resolution "
             f"{100 / os.sysconf('SC_CLK_TCK') / plan.footprint_window_seconds:.2f}%)"),
         Row("footprint_rss", "footprint: daemon RSS, 3 subsystems at 1 tick/s",
