@@ -510,8 +510,9 @@ class EfficiencyWindow:
         workload's phase, so they are one sample (a cluster-robust variance).
         Counted tick by tick, one tempfiles episode of 10 pairs read 1.23 with
         the file's confidence at 10.4 where the experiment said 0.94
-        (docs/bench/dirty-win-15, run 2).  Without carry-over an episode is one
-        tick and this is the plain per-pair error.  nan below two episodes.
+        (docs/bench/dirty-win-15, run 2).  Without carry-over most episodes are
+        one tick and this is the plain per-pair error (in recommendation mode the
+        ML ticks between two probes are one).  nan below two episodes.
         """
         observed = sum(p[1] for p in pairs)
         base = sum(p[2] for p in pairs)
