@@ -65,9 +65,9 @@ with the clean defaults bracketing the episode by the one rule above.  The
 price: 2k-tick episodes react k ticks later to a phase change than single
 ticks, and a k larger than the workload's phases leaves few clean pairs
 (efficiency stays `nan`, which is the honest answer).  The k clean ML ticks
-of an episode share their baselines, so when the workload's noise is
-correlated over an episode `confidence` is somewhat optimistic (as it
-already was for the 19 ML ticks between two probes in recommendation).
+of an episode share their baselines and their place in the workload's
+phase, so `confidence` counts an episode (a run of consecutive counted
+ticks) as one sample: one episode alone gives no confidence at all.
 
 Measured on sim.readahead with a carry-over of 1 and 3 ticks (3 seeds, a
 static value and the per-phase oracle, docs/bench/efficiency-carryover.md):
@@ -146,7 +146,14 @@ sum(baseline) exactly as before.  Replayed on the judged rows of six runs
 interleaved equal-time ratio, where F alone was off by up to 0.50 (1.54
 against 1.04: no tempfiles pair counted); reverse pairs also bring in the
 phases where no forward pair fits.  The confidence is the delta method's
-over the groups.  Reverse pairs need a default episode between two ML
+over the groups, each group's error counted over its episodes.  A group with
+one kind of pair only keeps its phase's profile uncorrected, so it adds the
+doubt the profile measured in the groups that have both kinds (ln sqrt(F x R),
+its mean square; with no such group, a doubt as large as its ratio): replayed
+on the nine judged stretches of docs/bench/dirty-win-12..15 (estimates off
+by up to 0.17), the confidence was above 2 in absolute value in six, up to
+10.4, and is now within +-1.03 (none would have been promoted or demoted on
+them).  Reverse pairs need a default episode between two ML
 episodes: above a share of 0.5 the ML runs give them; below it
 `Interleaving` sandwiches a default episode between two ML ones, as
 `Sandwich` does the other way round.
@@ -494,33 +501,52 @@ class EfficiencyWindow:
     @staticmethod
     def _paired(pairs: Collection[tuple[int | None, float, float]]
                 ) -> tuple[float, float] | None:
-        """sum(observed) / sum(baseline) and its delta-method standard error (nan
-        below two pairs); None without a usable pair."""
-        n = len(pairs)
+        """sum(observed) / sum(baseline) and its standard error; None without a
+        usable pair.
+
+        The error is the delta method's over *episodes*, not ticks: pairs on
+        consecutive ticks (one episode's clean ticks, or the clean defaults of
+        one default episode) share their brackets and their place in the
+        workload's phase, so they are one sample (a cluster-robust variance).
+        Counted tick by tick, one tempfiles episode of 10 pairs read 1.23 with
+        the file's confidence at 10.4 where the experiment said 0.94
+        (docs/bench/dirty-win-15, run 2).  Without carry-over most episodes are
+        one tick and this is the plain per-pair error (in recommendation mode the
+        ML ticks between two probes are one).  nan below two episodes.
+        """
         observed = sum(p[1] for p in pairs)
         base = sum(p[2] for p in pairs)
-        if n == 0 or base <= 0 or observed <= 0:
+        if not pairs or base <= 0 or observed <= 0:
             return None
         ratio = observed / base
+        episodes: list[list[float]] = []
+        last = None
+        for tick, o, b in sorted(pairs, key=lambda p: -1 if p[0] is None else p[0]):
+            if tick is None or last is None or tick - last > 1:
+                episodes.append([0.0, 0.0])
+            episodes[-1][0] += o
+            episodes[-1][1] += b
+            last = tick
+        g = len(episodes)
         se = math.nan
-        if n >= 2:
-            residual = sum((o - ratio * b) ** 2 for _, o, b in pairs) / (n - 1)
-            se = math.sqrt(residual * n) / base
+        if g >= 2:
+            residual = sum((o - ratio * b) ** 2 for o, b in episodes) * g / (g - 1)
+            se = math.sqrt(residual) / base
         return ratio, se
 
     def _levels(self) -> list[tuple[list, list]]:
         """The forward and reverse pairs grouped by the default's level: sorted by it,
         a group ends where the level passes `unstable_ratio` times the group's lowest
         (the rule that calls two defaults one workload level)."""
-        ranked = sorted([(b, 0, o, b) for _, o, b in self._pairs]
-                        + [(o, 1, o, b) for _, o, b in self._reverse])
+        ranked = sorted([(b, 0, t, o, b) for t, o, b in self._pairs]
+                        + [(o, 1, t, o, b) for t, o, b in self._reverse])
         groups: list[tuple[list, list]] = []
         floor = None
-        for level, kind, observed, base in ranked:
+        for level, kind, tick, observed, base in ranked:
             if floor is None or level > floor * self.unstable_ratio:
                 groups.append(([], []))
                 floor = level
-            groups[-1][kind].append((None, observed, base))
+            groups[-1][kind].append((tick, observed, base))
         return groups
 
     def stats(self) -> EfficiencyStats:
@@ -539,7 +565,8 @@ class EfficiencyWindow:
                                        self.baseline, m)
             ratio, se = forward
         else:
-            total = weighted = variance = 0.0
+            levels = []  # (ratio, se, mass, one-sided)
+            profiles = []  # ln of sqrt(F * R): a two-sided level's own profile
             for forward_pairs, reverse_pairs in self._levels():
                 forward, reverse = self._paired(forward_pairs), self._paired(reverse_pairs)
                 if forward is None and reverse is None:
@@ -552,11 +579,22 @@ class EfficiencyWindow:
                     ratio = math.sqrt(forward[0] / reverse[0])
                     se = ratio / 2 * math.sqrt((forward[1] / forward[0]) ** 2
                                                + (reverse[1] / reverse[0]) ** 2)
+                    profiles.append(0.5 * math.log(forward[0] * reverse[0]))
                 mass = (sum(b for _, _, b in forward_pairs)
                         + sum(o for _, o, _ in reverse_pairs))  # the defaults' sum
+                levels.append((ratio, se, mass, forward is None or reverse is None))
+            # a one-sided level carries its phase's profile uncorrected: as much doubt
+            # as the two-sided levels measured it to be (none measured: fully in doubt)
+            bias = (sum(p * p for p in profiles) / len(profiles)) if profiles else 1.0
+            total = weighted = variance = 0.0
+            for ratio, se, mass, one_sided in levels:
                 total += mass
                 weighted += mass * ratio
-                variance += mass ** 2 * se ** 2 if math.isfinite(se) else 0.0
+                # a level resting on one episode has no measured spread: fully in doubt
+                level_variance = se ** 2 if math.isfinite(se) else ratio ** 2
+                if one_sided:
+                    level_variance += ratio ** 2 * bias
+                variance += mass ** 2 * level_variance
             if total <= 0:
                 return EfficiencyStats(math.nan, math.nan, n, len(self._defaults),
                                        self.baseline, m)
