@@ -66,6 +66,7 @@ class FakeMount:
         self.events_fd: int | None = None
         self.accepted: list[str] = []
         self.policies = 0
+        self.cut_short: list[tuple[int, int]] = []
         self.online = False
         self.error: BaseException | None = None
         self.build()
@@ -160,8 +161,9 @@ class FakeMount:
             value = int(pairs["read_ahead_kb"])
             assert 0 <= value <= 4096
             self.accepted.append(line)
-            model["rec"] = (value, self.tick + int(pairs.get("ttl", 10**9)),
-                            float(pairs["expect"]) if "expect" in pairs else None)
+            ttl = int(pairs.get("ttl", 10**9))
+            model["rec"] = (value, self.tick + ttl,
+                            float(pairs["expect"]) if "expect" in pairs else None, ttl)
         policy = model["dir"] / "policy"
         mtime = policy.stat().st_mtime
         if mtime != model["policy_mtime"] and policy.stat().st_size:
@@ -176,6 +178,10 @@ class FakeMount:
             model["policy_mtime"] = mtime
             assert booster.feature_name() == COLUMNS
             model["policy"] = booster
+            rec = model["rec"]
+            if rec is not None and self.tick < rec[1]:
+                # a recommendation still running, superseded: its ticks run, of its ttl
+                self.cut_short.append((rec[3] - (rec[1] - self.tick), rec[3]))
             model["rec"] = None  # a newer policy wins over an older recommendation
             self.policies += 1
         return True
@@ -345,6 +351,40 @@ def test_worker_trains_uploads_explores_and_corrects(fake: FakeMount) -> None:
     assert result["skipped_portions"] >= 1
     assert result["feedback_portions"] >= 1
     assert result["rows"] > 2900
+
+
+def test_a_policy_upload_waits_for_the_exploration_in_flight(tmp_path, monkeypatch) -> None:
+    """A newer policy wins over an older recommendation, so an upload during an
+    exploration ends it after the ticks it has run: in docs/bench/dirty-win-16 six
+    explorations of ten ticks ran one or two (the 1 % ratio in checkpoint among them)
+    and the policy ran the rest.  Here the fake ticks at the info's own 50 ms, every
+    decision explores, and feedback every 40 ticks brings corrections and uploads."""
+    from mlfs.trainers import schedule as schedule_module
+    from mlfs.trainers import worker as worker_module
+
+    monkeypatch.setattr(worker_module, "POLICY_MIN_SECONDS", 0.2)
+    monkeypatch.setattr(schedule_module.TrainerSchedule, "exploration_rate", lambda self: 1.0)
+    mount = FakeMount(tmp_path / "mnt", tick_seconds=0.05)
+    mount.write_history(3000)
+    daemon = threading.Thread(target=mount.run, daemon=True)
+    daemon.start()
+    thread, stop, result = start_worker(mount)
+    try:
+        wait_for(lambda: mount.policies >= 3 and len(mount.accepted) >= 16, 30,
+                 "policies and explorations")
+    finally:
+        stop.set()
+        thread.join(3)
+        mount.stop.set()
+        daemon.join(5)
+    assert mount.error is None, f"the fake daemon failed: {mount.error!r}"
+    # (ran, ttl) of each exploration a policy upload superseded.  The fake reads a
+    # pass's recommendations before its policy, so an upload just before the next
+    # exploration reads as ran 0 (the mount installs the policy first); and the
+    # trainer paces itself by the wall clock, which the fake's ticks lag a little on
+    # a loaded machine, so an upload may take an exploration's last ticks
+    cut = [(ran, ttl) for ran, ttl in mount.cut_short if 0 < ran < ttl - 3]
+    assert not cut, f"explorations cut short by a policy upload (ticks run, ttl): {cut}"
 
 
 def test_worker_survives_rmdir_and_the_mount_going_away(fake: FakeMount) -> None:
