@@ -104,7 +104,7 @@ class _Worker:
         self.t_rescan = now
         self.t_mode = 0.0
         self.t_next_rec = 0.0
-        self.t_exploring_until = 0.0  # the exploration in flight runs until then
+        self.exploring = False  # the last recommendation sent explores (until t_next_rec)
         self.t_last_portion = now
         self.t_prepare = now
         self.warned: dict[str, float] = {}
@@ -480,9 +480,9 @@ class _Worker:
             self.t_next_rec = now + EMERGENCY_RETRY_SECONDS
         else:
             self.t_next_rec = now + self.schedule.ttl(self.mode) * self.tick_seconds
-        if decision is not None and self.recommend(decision) and decision.exploring:
-            # until the next decision: the upload held back meanwhile goes first then
-            self.t_exploring_until = self.t_next_rec
+        sent = decision is not None and self.recommend(decision)
+        # an upload held back while it runs goes first at the next decision
+        self.exploring = sent and decision.exploring
 
     def read_mode(self) -> None:
         try:
@@ -554,7 +554,7 @@ class _Worker:
             # a newer policy wins over an older recommendation in the proxy: uploaded
             # now, it would end the exploration in flight after the ticks it has run
             # (docs/bench/dirty-win-16: 6 of 37 explorations of 10 ticks cut to 1-2)
-            exploring = now < self.t_exploring_until
+            exploring = self.exploring and now < self.t_next_rec
             if due and now - self.t_policy >= wait and not exploring:
                 self.upload_policy(now)
         self.steer(now)

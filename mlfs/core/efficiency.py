@@ -499,7 +499,7 @@ class EfficiencyWindow:
         self._last_ml = None
 
     @staticmethod
-    def _paired(pairs: Collection[tuple[int | None, float, float]]
+    def _paired(pairs: Collection[tuple[int, float, float]]
                 ) -> tuple[float, float] | None:
         """sum(observed) / sum(baseline) and its standard error; None without a
         usable pair.
@@ -521,8 +521,8 @@ class EfficiencyWindow:
         ratio = observed / base
         episodes: list[list[float]] = []
         last = None
-        for tick, o, b in sorted(pairs, key=lambda p: -1 if p[0] is None else p[0]):
-            if tick is None or last is None or tick - last > 1:
+        for tick, o, b in sorted(pairs):
+            if last is None or tick - last > 1:
                 episodes.append([0.0, 0.0])
             episodes[-1][0] += o
             episodes[-1][1] += b
