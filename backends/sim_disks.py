@@ -63,8 +63,6 @@ latency varies more between drives than it rises in most degradations.
 from __future__ import annotations
 
 import numpy as np
-
-from mlfs.abi import Objective, Sample, Subsystem
 from mlfs.backends.settings import (
     Schema,
     check_settings,
@@ -73,6 +71,8 @@ from mlfs.backends.settings import (
     text,
     tick_seconds,
 )
+
+from mlfs.abi import Objective, Sample, Subsystem
 
 #: bump when any parameter below changes (each change needs its own published source)
 SIM_VERSION = 1
@@ -273,7 +273,7 @@ class SimDisks(Subsystem):
     """The population as a subsystem: one tick is one day, its records the drive-days."""
 
     backend = "sim.disks"
-    description = "simulated drive population (SMART attributes, failures), one record per drive-day"
+    description = "simulated drive population (SMART, failures), one record per drive-day"
     records = RECORDS
 
     def __init__(self, name: str = "sim.disks", seed: int = 0, drives: int = 2000,

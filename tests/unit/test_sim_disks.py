@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-
 from mlfs.backends.sim_disks import (
     RECORDS,
     WARNED_SHARE,
