@@ -15,7 +15,8 @@ exactly once, checks every index and every number, bounds size and depth, and
 refuses anything else with a reason that names the line, tree, node and field.
 What it accepts is a subset of what LightGBM writes (`model_to_string`):
 numerical splits only (no categorical, no linear trees), one output (a
-regression objective), `\\n` line ends.  A prediction over an accepted text
+regression objective, or LightGBM's `binary` objective for a predictor, whose
+output is a probability), `\\n` line ends.  A prediction over an accepted text
 visits at most `depth` nodes per tree, all in range, so its time is bounded
 by construction (`VerifiedModel.path_sum` nodes per row).
 
@@ -57,6 +58,11 @@ VERSIONS = ("v3", "v4")
 # one output per row, a number in the objective's units: the regression family
 OBJECTIVES = {"regression", "regression_l1", "huber", "fair", "poisson", "quantile", "mape",
               "gamma", "tweedie"}
+# one output per row, a probability: a predictor's policy (LightGBM's `binary sigmoid:S`,
+# the raw score passed through 1/(1+exp(-S*x)); calibration lives in the trees)
+PROBABILITY_OBJECTIVES = {"binary"}
+# the sigmoid's slope: LightGBM writes 1; anything outside (0, 100] is not a probability model
+MAX_SIGMOID = 100.0
 
 LEAF_ARRAYS = ("leaf_value", "leaf_weight", "leaf_count")  # num_leaves values
 NODE_ARRAYS = ("split_feature", "split_gain", "threshold", "decision_type", "left_child",
@@ -315,15 +321,25 @@ def _header(lines: _Lines) -> dict:
 
 def _objective(value: str) -> str:
     words = _tokens(value, "header: objective")
-    if not words or words[0] not in OBJECTIVES:
-        raise invalid(f"header: objective={value[:40]!r} is not a regression objective "
-                      f"({' '.join(sorted(OBJECTIVES))})")
+    known = OBJECTIVES | PROBABILITY_OBJECTIVES
+    if not words or words[0] not in known:
+        raise invalid(f"header: objective={value[:40]!r} is neither a regression objective nor "
+                      f"binary ({' '.join(sorted(known))})")
     for word in words[1:]:
         key, sep, number = word.partition(":")
         if not re.fullmatch(r"[a-z_]+", key) or (sep and not _FLOAT.match(number)) or (
                 not sep and word != "sqrt"):
             raise invalid(f"header: objective parameter {word[:40]!r} is not key:number")
+        if words[0] in PROBABILITY_OBJECTIVES and key != "sigmoid":
+            raise invalid(f"header: binary objective parameter {key[:40]!r} is not sigmoid")
+        if key == "sigmoid" and not 0.0 < float(number) <= MAX_SIGMOID:
+            raise invalid(f"header: sigmoid:{number[:20]} is outside (0, {MAX_SIGMOID:g}]")
     return words[0]
+
+
+def gives_probability(model: VerifiedModel) -> bool:
+    """True when the policy's output is a probability (a predictor's), not an objective value."""
+    return model.objective in PROBABILITY_OBJECTIVES
 
 
 def _tree(lines: _Lines, index: int, features: int) -> tuple[int, int]:

@@ -237,7 +237,10 @@ def test_trees_must_be_numbered_in_order_and_tree_sizes_exact(text):
     ("feature_names", "a b", "feature_names has 2 names"),
     ("feature_infos", "none none", "feature_infos has 2 entries"),
     ("feature_infos", "none 1:2:3 none", "categorical features are not supported"),
-    ("objective", "binary sigmoid:1", "is not a regression objective"),
+    ("objective", "multiclass num_class:3", "is neither a regression objective nor binary"),
+    ("objective", "binary sigmoid:0", "sigmoid:0 is outside (0, 100]"),
+    ("objective", "binary sigmoid:1e9", "is outside (0, 100]"),
+    ("objective", "binary alpha:1", "binary objective parameter 'alpha' is not sigmoid"),
     ("objective", "regression alpha:x", "objective parameter 'alpha:x'"),
     ("monotone_constraints", "0 2 0", "monotone_constraints must be 3 values"),
     ("label_index", "x", "label_index='x' is not an integer"),
@@ -245,6 +248,19 @@ def test_trees_must_be_numbered_in_order_and_tree_sizes_exact(text):
 ])
 def test_header_fields_are_checked(text, name, value, reason):
     assert reason in refused(with_header(text, name, value))
+
+
+def test_a_binary_classifier_verifies_and_gives_a_probability():
+    rng = np.random.default_rng(1)
+    x = rng.random((400, 3))
+    y = (x[:, 0] + 0.2 * rng.standard_normal(400) > 0.6).astype(float)
+    data = lgb.Dataset(x, label=y, feature_name=NAMES, params={"verbose": -1})
+    booster = lgb.train({"verbose": -1, "num_leaves": 4, "objective": "binary",
+                         "min_data_in_leaf": 5}, data, num_boost_round=5)
+    model = verify(booster.model_to_string())
+    assert model.objective == "binary"
+    assert verifier.gives_probability(model)
+    assert not verifier.gives_probability(verify(train()))
 
 
 @pytest.mark.parametrize("name", ["version", "num_class", "max_feature_idx", "objective",
