@@ -32,7 +32,7 @@ import numpy as np
 from mlfs.abi import Knob, KnobValue, candidate_values, distance_from_default, knob_column
 
 from .errors import invalid
-from .verifier import MAX_POLICY_BYTES, verify
+from .verifier import MAX_POLICY_BYTES, gives_probability, verify
 
 __all__ = ["MAX_POLICY_BYTES", "Policy", "PolicyRemoved", "check_in_subprocess"]
 
@@ -117,6 +117,10 @@ class Policy:
         self.verified = verify(text)  # before LightGBM sees a byte of it
         self.text = text
         self.goal = goal
+        if gives_probability(self.verified):
+            raise invalid(f"policy objective {self.verified.objective!r} gives a probability "
+                          "(a predictor's policy); a knob model needs a regression of the "
+                          "objective")
         self.feature_names = list(self.verified.feature_names)
         knob_by_column = {knob_column(name): knobs[name] for name in knobs}
         feature_set = set(features)

@@ -261,6 +261,13 @@ def test_a_binary_classifier_verifies_and_gives_a_probability():
     assert model.objective == "binary"
     assert verifier.gives_probability(model)
     assert not verifier.gives_probability(verify(train()))
+    from mlfs.abi import Knob
+
+    knob = Knob("read_ahead_kb", "int", 128, 0, 4096)
+    with pytest.raises(Refused) as caught:  # a knob model runs regressions only
+        policy_module.Policy(booster.model_to_string().encode(), {"read_ahead_kb": knob},
+                             ["read_ahead_kb"], NAMES[:2], "max")
+    assert "gives a probability (a predictor's policy)" in caught.value.reason
 
 
 @pytest.mark.parametrize("name", ["version", "num_class", "max_feature_idx", "objective",
