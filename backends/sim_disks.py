@@ -125,8 +125,13 @@ RECORDS: dict[str, str] = {
     "smart_failed": "bool",
     "temperature_c": "float64",
     "read_latency_ms": "float64",
+    "errors_delta_1d": "int64",
+    "errors_delta_7d": "int64",
+    "latency_ratio": "float64",
     "failed": "bool",
 }
+#: how fast a drive's own latency baseline follows it (EWMA weight of the newest day)
+LATENCY_BASELINE_WEIGHT = 0.05
 
 
 class DrivePopulation:
@@ -160,6 +165,8 @@ class DrivePopulation:
         self.reported = np.zeros(n, np.int64)
         self.timeouts = np.zeros(n, np.int64)
         self.latency_base = np.zeros(n)
+        self.errors_history = np.zeros((8, n), np.int64)  # error totals of the last 8 days
+        self.latency_ewma = np.full(n, np.nan)
         self._new_drives(np.arange(n), ages=self._fate.integers(0, 4 * 365, n))
         for _ in range(BURN_IN_DAYS):
             self._advance()
@@ -198,6 +205,13 @@ class DrivePopulation:
         self.timeouts[slots] = 0
         self.latency_base[slots] = LATENCY_MEDIAN_MS * np.exp(LATENCY_SIGMA
                                                               * fate.standard_normal(k))
+        self.errors_history[:, slots] = self._errors()[slots]
+        self.latency_ewma[slots] = np.nan
+
+    def _errors(self) -> np.ndarray:
+        """Each drive's error total: the five attributes' raw values summed."""
+        return (self.reallocated + self.reported + self.timeouts + self.pending
+                + self.uncorrectable)
 
     def _advance(self) -> dict[str, np.ndarray]:
         """One day for every drive: increments, measurements, failures, replacements."""
@@ -225,6 +239,16 @@ class DrivePopulation:
         latency = latency * np.exp(LATENCY_NOISE * noise.standard_normal(n))
         temperature = 30.0 + 2.0 * self.model + 1.5 * noise.standard_normal(n)
         failed = self.fail_day == t
+        # what a kernel-side source would publish beside the raw values: the changes a
+        # predictor needs, so a policy reads them as plain columns
+        errors = self._errors()
+        self.errors_history = np.roll(self.errors_history, 1, axis=0)
+        self.errors_history[0] = errors
+        baseline = self.latency_ewma
+        ratio = np.where(np.isnan(baseline), 1.0, latency / np.where(np.isnan(baseline), 1.0,
+                                                                     baseline))
+        w = LATENCY_BASELINE_WEIGHT
+        self.latency_ewma = np.where(np.isnan(baseline), latency, (1 - w) * baseline + w * latency)
         row = {
             "drive_id": self.drive_id.copy(),
             "model": self.model.copy(),
@@ -238,6 +262,9 @@ class DrivePopulation:
             "smart_failed": normalized <= SMART5_THRESHOLD,
             "temperature_c": temperature,
             "read_latency_ms": latency,
+            "errors_delta_1d": errors - self.errors_history[1],
+            "errors_delta_7d": errors - self.errors_history[7],
+            "latency_ratio": ratio,
             "failed": failed,
         }
         self.today += 1

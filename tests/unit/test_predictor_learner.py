@@ -1,0 +1,41 @@
+"""The predictor's policy is calibrated in its own trees and passes the verifier."""
+
+import lightgbm as lgb
+import numpy as np
+
+from mlfs.core.verifier import gives_probability, verify
+from mlfs.trainers.predictor import EventLearner, label_rows
+
+
+def _data(n=60_000, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(n)
+    noise = rng.standard_normal(n)
+    p = 1 / (1 + np.exp(-(2.0 * x - 6.0)))  # rare: about 1 % positive
+    y = rng.random(n) < p
+    return {"x": x, "noise": noise}, y, p
+
+
+def test_down_sampled_negatives_are_corrected_in_the_first_tree():
+    columns, y, truth = _data()
+    learner = EventLearner(["x", "noise"], negative_rate=0.05, rounds=80).fit(columns, y)
+    p = learner.predict(columns)
+    assert abs(p.mean() - y.mean()) < 0.25 * y.mean()  # calibrated on average
+    high = truth > 0.2
+    assert abs(p[high].mean() - truth[high].mean()) < 0.1
+    # the correction is in the text: LightGBM itself gives the same numbers
+    text = learner.policy_text()
+    again = lgb.Booster(model_str=text).predict(np.column_stack([columns["x"],
+                                                                 columns["noise"]]))
+    np.testing.assert_allclose(again, p)
+    model = verify(text.encode())
+    assert gives_probability(model) and model.feature_names == ("x", "noise")
+
+
+def test_labels_mark_the_ticks_before_each_event_within_the_horizon():
+    keys = np.array([7, 7, 7, 7, 7, 9, 9])
+    ticks = np.array([0, 1, 2, 3, 4, 0, 1])
+    events = np.array([0, 0, 0, 0, 1, 0, 0], bool)
+    label, usable = label_rows(keys, ticks, events, horizon=2)
+    assert label.tolist() == [False, False, True, True, False, False, False]
+    assert usable.tolist() == [True, True, True, True, False, True, True]

@@ -1,0 +1,155 @@
+"""Learning a predictor: will an entity's event happen within the next `horizon` ticks?
+
+An `EventLearner` is a LightGBM binary classifier over a record dataset's columns (one
+row per entity and tick, e.g. one per drive-day), whose policy the proxy runs as it is:
+the output of the uploaded text is the probability, so the model must take raw column
+values and nothing else, and its calibration must live in the trees.
+
+Class imbalance.  Events are rare (a drive fails about once in 60 drive-years, so under
+0.2 % of drive-days are positive at a 30-day horizon).  Weighting positives up
+(`is_unbalance`, `scale_pos_weight`) would teach the trees odds that are wrong by the
+weight, and the proxy would alert on them as if they were probabilities.  Instead the
+negatives are *down-sampled* at rate r (every positive kept) and the fitted log-odds,
+which are too high by exactly -ln r, are corrected by adding ln r to every leaf of the
+first tree: a constant shift of the raw score, written into the policy itself.  A
+held-out check (`calibration`) compares mean predicted and observed rates per bin.
+
+Labels come from the rows themselves (`mlfs.core.outcomes` defines the same rule for
+scoring; it is restated here because a trainer imports only the client and the ABI):
+a row is positive when its entity's next event comes 1..horizon ticks later; the event's
+own row is left out of training.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import lightgbm as lgb
+import numpy as np
+
+__all__ = ["EventLearner", "label_rows"]
+
+_NEVER = np.iinfo(np.int64).max
+_LEAF_VALUE = re.compile(r"^leaf_value=(.*)$", re.M)
+
+
+def label_rows(keys: np.ndarray, ticks: np.ndarray, events: np.ndarray,
+               horizon: int) -> tuple[np.ndarray, np.ndarray]:
+    """(label, usable): label 1 when the key's next event is 1..horizon ticks later.
+
+    `usable` is False on the event's own row (it warns nobody).  Rows that are too close
+    to the end of the data to know their outcome are the caller's to drop.
+    """
+    keys = np.asarray(keys)
+    ticks = np.asarray(ticks, dtype=np.int64)
+    events = np.asarray(events, dtype=bool)
+    order = np.lexsort((ticks, keys))
+    k, t = keys[order], ticks[order]
+    pos = np.flatnonzero(events[order])
+    nxt = np.full(len(order), _NEVER, dtype=np.int64)
+    if len(pos):
+        idx = np.searchsorted(pos, np.arange(len(order)), side="left")
+        cand = pos[np.minimum(idx, len(pos) - 1)]
+        nxt = np.where((idx < len(pos)) & (k[cand] == k), t[cand], _NEVER)
+    gap = nxt - t
+    label = (nxt != _NEVER) & (gap >= 1) & (gap <= horizon)
+    usable = gap != 0
+    out_label = np.empty(len(order), bool)
+    out_usable = np.empty(len(order), bool)
+    out_label[order] = label
+    out_usable[order] = usable
+    return out_label, out_usable
+
+
+class EventLearner:
+    """A calibrated LightGBM classifier on the named columns."""
+
+    def __init__(self, features: list[str], negative_rate: float = 0.05, rounds: int = 150,
+                 num_leaves: int = 15, seed: int = 0) -> None:
+        if not 0.0 < negative_rate <= 1.0:
+            raise ValueError("negative_rate must be in (0, 1]")
+        self.features = list(features)
+        self.negative_rate = negative_rate
+        self.rounds = rounds
+        self.num_leaves = num_leaves
+        self.seed = seed
+        self.booster: lgb.Booster | None = None
+        self._text: str | None = None
+
+    def _matrix(self, columns: dict[str, np.ndarray]) -> np.ndarray:
+        return np.column_stack([np.asarray(columns[name], dtype=np.float64)
+                                for name in self.features])
+
+    def fit(self, columns: dict[str, np.ndarray], label: np.ndarray,
+            usable: np.ndarray | None = None) -> EventLearner:
+        """Fit on the usable rows: every positive, negatives down-sampled, then calibrate."""
+        label = np.asarray(label, dtype=bool)
+        keep = np.ones(len(label), bool) if usable is None else np.asarray(usable, bool)
+        rng = np.random.default_rng(self.seed)
+        sampled = label | (rng.random(len(label)) < self.negative_rate)
+        rows = np.flatnonzero(keep & sampled)
+        x = self._matrix(columns)[rows]
+        y = label[rows].astype(np.float64)
+        if y.sum() == 0 or y.sum() == len(y):
+            raise ValueError("need both positive and negative rows to learn a predictor")
+        data = lgb.Dataset(x, label=y, feature_name=self.features, params={"verbose": -1})
+        params = {"objective": "binary", "verbose": -1, "num_leaves": self.num_leaves,
+                  "learning_rate": 0.05, "min_data_in_leaf": 20, "feature_fraction": 0.9,
+                  "bagging_fraction": 0.9, "bagging_freq": 1, "seed": self.seed,
+                  "num_threads": 1, "deterministic": True}
+        booster = lgb.train(params, data, num_boost_round=self.rounds)
+        self._text = _shift_first_tree(booster.model_to_string(), math.log(self.negative_rate))
+        self.booster = lgb.Booster(model_str=self._text)
+        return self
+
+    def predict(self, columns: dict[str, np.ndarray]) -> np.ndarray:
+        """Calibrated probabilities, one per row."""
+        if self.booster is None:
+            raise RuntimeError("fit first")
+        return self.booster.predict(self._matrix(columns), num_threads=1)
+
+    def policy_text(self) -> str:
+        """The calibrated model as LightGBM text: what the proxy runs (binary objective)."""
+        if self._text is None:
+            raise RuntimeError("fit first")
+        return self._text
+
+
+def calibration(p: np.ndarray, label: np.ndarray, bins: int = 10) -> list[tuple[float, float, int]]:
+    """(mean predicted, observed rate, rows) per quantile bin of `p`."""
+    p = np.asarray(p, dtype=float)
+    label = np.asarray(label, dtype=float)
+    edges = np.unique(np.quantile(p, np.linspace(0, 1, bins + 1)))
+    which = np.clip(np.searchsorted(edges, p, side="right") - 1, 0, len(edges) - 2)
+    out = []
+    for b in range(len(edges) - 1):
+        sel = which == b
+        if sel.any():
+            out.append((float(p[sel].mean()), float(label[sel].mean()), int(sel.sum())))
+    return out
+
+
+def _shift_first_tree(text: str, shift: float) -> str:
+    """`text` with `shift` added to every leaf of Tree=0 (a constant raw-score offset)."""
+    start = text.index("Tree=0\n")
+    end = text.index("\n\n", start)
+    block = text[start:end]
+    match = _LEAF_VALUE.search(block)
+    if match is None:
+        raise ValueError("Tree=0 has no leaf_value line")
+    values = [float(v) + shift for v in match.group(1).split()]
+    line = "leaf_value=" + " ".join(repr(v) for v in values)
+    block = block[:match.start()] + line + block[match.end():]
+    # tree_sizes in the header give each tree's byte length: recompute them
+    new = text[:start] + block + text[end:]
+    return _fix_tree_sizes(new)
+
+
+def _fix_tree_sizes(text: str) -> str:
+    """tree_sizes recomputed the way LightGBM writes them (bytes from Tree= to Tree=)."""
+    starts = [m.start() for m in re.finditer(r"^Tree=\d+$", text, re.M)]
+    end = text.find("\nend of trees") + 1
+    sizes = [b - a for a, b in zip(starts, starts[1:] + [end], strict=True)]
+    return re.sub(r"^tree_sizes=.*$", "tree_sizes=" + " ".join(map(str, sizes)), text,
+                  count=1, flags=re.M)
