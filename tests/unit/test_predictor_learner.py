@@ -2,9 +2,9 @@
 
 import lightgbm as lgb
 import numpy as np
+from mlfs.trainers.predictor import EventLearner, label_rows
 
 from mlfs.core.verifier import gives_probability, verify
-from mlfs.trainers.predictor import EventLearner, label_rows
 
 
 def _data(n=60_000, seed=0):
