@@ -321,9 +321,8 @@ class SimDisks(Subsystem):
         features = {"drives": self.population.drives, "failures": failures,
                     "smart_failed": int(columns["smart_failed"].sum()),
                     "backblaze_flagged": int(backblaze_rule(columns).sum())}
-        sample = Sample(features=features, objective=float(failures))
-        sample.records = _structured(columns)
-        return sample
+        return Sample(features=features, objective=float(failures),
+                      records=_structured(columns))
 
 
 def _structured(columns: dict[str, np.ndarray]) -> np.ndarray:

@@ -62,6 +62,14 @@ EXTRA_APPLIED = "applied"
 EXTRA_REFUSED = "refused"
 #: {knob: reason}: a value changed behind mlfs's back, which the backend no longer touches
 EXTRA_FOREIGN = "foreign"
+#: int: records the source knows it lost this tick (a ring overrun, kernel-side drops)
+EXTRA_RECORDS_LOST = "records_lost"
+
+#: the types a record field may have (`Subsystem.records`)
+RECORD_TYPES = ("int64", "uint64", "int32", "uint32", "uint16", "uint8", "float64", "bool",
+                "string")
+#: the columns the core adds to every record row; no record field may take them
+RECORD_CORE_COLUMNS = ("record_seq", "tick")
 
 #: at most this many candidate values per int knob
 MAX_VALUES_PER_KNOB = 64
@@ -205,6 +213,10 @@ class Sample:
     objective: float
     critical: str | None = None
     extra: dict = field(default_factory=dict)
+    #: the tick's records (a record source only, `Subsystem.records`): None, or a
+    #: pyarrow RecordBatch or Table, or a numpy structured array, with exactly the
+    #: declared fields; no Python object per row
+    records: Any = None
 
 
 class Subsystem(abc.ABC):
@@ -227,6 +239,9 @@ class Subsystem(abc.ABC):
     knobs: dict[str, Knob]
     #: feature name -> "float64" | "int64", in a stable order
     features: dict[str, str]
+    #: record field name -> one of `RECORD_TYPES`: a record dataset (MOUNT/<name>/records/,
+    #: zero or many rows per tick, handed over in `Sample.records`); empty: none
+    records: ClassVar[dict[str, str]] = {}
     #: True when `step` blocks (sleeps through its measuring window, waits for
     #: the kernel): the core then runs it in a worker thread, so the mount
     #: keeps answering.  False (the default) means `step` returns at once and
@@ -316,6 +331,13 @@ def subsystem_problems(subsystem: Subsystem) -> list[str]:
         columns[column] = f"feature {feature!r}"
     if getattr(subsystem.objective, "goal", None) not in ("max", "min"):
         problems.append("objective goal is neither max nor min")
+    for record_field, kind in getattr(subsystem, "records", {}).items():
+        if kind not in RECORD_TYPES:
+            problems.append(f"record field {record_field!r}: type {kind!r} is not one of "
+                            f"{', '.join(RECORD_TYPES)}")
+        if record_field in RECORD_CORE_COLUMNS or column_name(record_field) != record_field:
+            problems.append(f"record field {record_field!r} is taken by the core or is not "
+                            "a column name ([A-Za-z0-9_])")
     return problems
 
 

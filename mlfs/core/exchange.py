@@ -43,6 +43,7 @@ from .events import EventBus
 from .loading import Load, Remembered, parse_command, read_remembered, write_remembered
 from .proxy import ERRORS_KEPT, OPERATOR_PIN, OPERATOR_RELEASE, Decision, ModelProxy
 from .readers import ReaderAccounts
+from .records import RecordStore, keep_records
 from .statedir import read_word, subsystem_dir, subsystem_name_problem
 from .store import Portion, PortionStore, StoreWatch, errno_name
 from .text import decode_text, escape_input, one_word, parse_float
@@ -96,6 +97,13 @@ class SubsystemRuntime:
         self.watch = StoreWatch()
         self.dataset = PortionStore(self.directory / "dataset", self.dataset_schema(), "tick",
                                     exchange.config.store.dataset(), self.watch, "dataset")
+        #: the record dataset (a record source only) and the records it could not keep
+        self.records: RecordStore | None = None
+        if subsystem.records:
+            self.records = RecordStore(self.directory / "records", subsystem.records,
+                                       exchange.config.store.dataset(), self.watch, "records")
+        self.records_lost = 0
+        self.records_refused = 0
         self._tick_path = self.directory / "tick_reserved"
         last = self.dataset.last_key if self.dataset.last_key is not None else -1
         text, why = read_word(self._tick_path)
@@ -167,6 +175,8 @@ class SubsystemRuntime:
                           "goal": sub.objective.goal},
             "knobs": {n: k.describe() for n, k in sub.knobs.items()},
             "features": dict(self.feature_columns),
+            **({"records": dict(sub.records), "records_lost": self.records_lost,
+                "records_refused": self.records_refused} if self.records is not None else {}),
         }
 
     # ---- models -------------------------------------------------------------
@@ -256,7 +266,7 @@ class SubsystemRuntime:
         return "nan\n" if math.isnan(value) else f"{value:.6g}\n"
 
     def stores(self) -> list[PortionStore]:
-        out = [self.dataset]
+        out = [self.dataset] + ([self.records] if self.records is not None else [])
         for proxy in self.models.values():
             out += [proxy.journal, proxy.feedback]
         return out
@@ -315,6 +325,7 @@ class SubsystemRuntime:
         row.update(sample_features)
         row["objective"] = objective
         self.dataset.append(row)
+        keep_records(self, plan.tick, sample)
         critical = sample.critical or self.watch.reason()
         by_proxy = {p.name: d for p, d in decisions}
         for proxy in active:
@@ -386,6 +397,8 @@ class SubsystemRuntime:
         for proxy in self.models.values():
             proxy.journal.close()
             proxy.feedback.close()
+        if self.records is not None:
+            self.records.close()
         self.dataset.close()
         self.subsystem.close()
 
@@ -453,7 +466,7 @@ class Exchange:
                      ) -> tuple[SubsystemRuntime, ModelProxy | None] | None:
         """Who owns a store now (None: its model was removed meanwhile)."""
         for runtime in self.runtimes.values():
-            if store is runtime.dataset:
+            if store is runtime.dataset or store is runtime.records:
                 return runtime, None
             for proxy in runtime.models.values():
                 if store is proxy.journal or store is proxy.feedback:
@@ -466,7 +479,8 @@ class Exchange:
             return
         runtime, proxy = owner
         if proxy is None:
-            path = f"{runtime.name}/dataset/{portion.name}"
+            where = "records" if store is runtime.records else "dataset"
+            path = f"{runtime.name}/{where}/{portion.name}"
             self.bus.publish(runtime.name, "portion", path=path, rows=portion.rows)
         elif store is proxy.feedback:
             path = f"{proxy.path}/feedback/{portion.name}"
@@ -519,6 +533,18 @@ class Exchange:
         if store.error is not None:
             code, name = store.error
             raise Refused(code, f"dataset not sealed: {name} in the state directory")
+        records = runtime.records
+        if records is not None:  # a record source: its records are sealed with it
+            while records.sealing:
+                await trio.sleep(0.005)
+            while not records.closed and (records.pending or records.retrying):
+                retrying = records.retrying
+                await self.seal(records)
+                if records.error is not None or not retrying:
+                    break
+            if records.error is not None:
+                code, name = records.error
+                raise Refused(code, f"records not sealed: {name} in the state directory")
 
     def discard_dataset(self, runtime: SubsystemRuntime) -> list[Portion]:
         return runtime.dataset.discard()

@@ -37,7 +37,7 @@ FORMAT_FILE = "format"
 #: the subsystems loaded at run time (`load` on MOUNT/control), re-created at mount
 LOADED_FILE = "loaded.json"
 #: the layout this mlfs writes
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 
 #: names a subsystem cannot take: the mount root's own files (docs/ABI.md, the root) and the
 #: state directory's own entries, which a subsystem directory would clash with
@@ -136,9 +136,20 @@ def _v1_to_v2(state_dir: Path) -> str:
     return "the layout is unchanged; the format file records the version from now on"
 
 
+def _v2_to_v3(state_dir: Path) -> str:
+    """Version 3 adds record datasets, whose write-ahead files are Arrow IPC streams
+    (`<subsystem>/records/wal.N.arrows`).  A version-2 directory has none, and its
+    tick stores keep their JSON-lines write-ahead files, which replay as before, so
+    nothing is converted; the version is raised so that an older mlfs, which would
+    not replay `.arrows` files and so lose pending records, refuses the directory."""
+    return ("record datasets (Arrow IPC write-ahead files) may appear from now on; the JSON "
+            "write-ahead files of tick stores replay unchanged")
+
+
 #: (from version, step): step(state_dir) upgrades from -> from + 1, returns what it did
 STEPS: list[tuple[int, Callable[[Path], str]]] = [
     (1, _v1_to_v2),
+    (2, _v2_to_v3),
 ]
 
 

@@ -148,7 +148,7 @@ class PortionFile(Node):
 
 
 class PortionDir(Dir):
-    """dataset/, feedback/, recommendations/: a view of one store's portions."""
+    """dataset/, records/, feedback/, recommendations/: a view of one store's portions."""
 
     def __init__(self, tree: Tree, name: str, parent: Dir, store: PortionStore) -> None:
         super().__init__(tree, name, parent)
@@ -232,6 +232,8 @@ class SubsystemDir(Dir):
             knobs.add(Attr(tree, name, knobs, read=_knob_reader(runtime, name)))
         self.add(EventsFile(tree, "events", self, runtime.name))
         self.add(PortionDir(tree, "dataset", self, runtime.dataset))
+        if runtime.records is not None:  # a record source: many rows per tick, or none
+            self.add(PortionDir(tree, "records", self, runtime.records))
         self.add(ModelsDir(tree, self, runtime))
 
     def alive(self) -> bool:

@@ -32,13 +32,14 @@ def test_a_format_1_directory_is_upgraded_in_place_and_says_so(tmp_path, caplog)
     assert statedir.read_version(state) == 1
     with caplog.at_level(logging.WARNING, "mlfs.state"):
         assert statedir.upgrade(state) == 1
-    assert (state / "format").read_text() == "2\n"
+    assert (state / "format").read_text() == "3\n"
     assert "upgraded from format 1 to 2" in caplog.text
+    assert "upgraded from format 2 to 3" in caplog.text
     after = sorted(p.relative_to(state) for p in state.rglob("*"))
-    assert after == sorted([*before, Path("format")])  # v1 -> v2 moves nothing
+    assert after == sorted([*before, Path("format")])  # v1 -> v3 moves nothing
     caplog.clear()
     with caplog.at_level(logging.WARNING, "mlfs.state"):
-        assert statedir.upgrade(state) == 2  # nothing left to do, and quiet
+        assert statedir.upgrade(state) == 3  # nothing left to do, and quiet
     assert "upgraded" not in caplog.text
 
 
@@ -52,6 +53,14 @@ def test_the_v1_to_v2_step_changes_no_file(tmp_path):
     snapshot = {p: p.read_bytes() for p in state.rglob("*") if p.is_file()}
     step = dict(statedir.STEPS)[1]
     assert "unchanged" in step(state)
+    assert {p: p.read_bytes() for p in state.rglob("*") if p.is_file()} == snapshot
+
+
+def test_the_v2_to_v3_step_changes_no_file_and_keeps_json_write_ahead_files(tmp_path):
+    state = _v1(tmp_path)
+    snapshot = {p: p.read_bytes() for p in state.rglob("*") if p.is_file()}
+    step = dict(statedir.STEPS)[2]
+    assert "replay unchanged" in step(state)
     assert {p: p.read_bytes() for p in state.rglob("*") if p.is_file()} == snapshot
 
 
@@ -69,7 +78,7 @@ def test_a_damaged_format_file_is_set_aside_and_the_steps_run_again(tmp_path, ca
     (state / "format").write_bytes(b"\x00two")
     with caplog.at_level(logging.ERROR, "mlfs.state"):
         assert statedir.upgrade(state) == 1
-    assert (state / "format").read_text() == "2\n"
+    assert (state / "format").read_text() == "3\n"
     assert (state / "format.damaged").read_bytes() == b"\x00two"
     assert "format is damaged" in caplog.text
 

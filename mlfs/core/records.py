@@ -1,0 +1,281 @@
+"""Record datasets: many rows per tick, or none, kept as Arrow batches from source to Parquet.
+
+A tick dataset has one row per tick, built as a Python dict; a record source (the
+kernel's log, per-request block I/O, a population of drives) hands over thousands of rows
+per tick, and one Python object per row would cost more than the rows are worth.  So a
+record batch stays columnar all the way: the backend gives a `pyarrow.RecordBatch`, a
+`pyarrow.Table` or a numpy structured array (`Sample.records`); `to_table` casts it to
+the declared schema in one call, the core adds `record_seq` and `tick` as whole columns,
+the write-ahead log takes the batch as one Arrow IPC message, and sealing concatenates
+the batches and writes them with `pyarrow.parquet.write_table`.
+
+`RecordStore` is a `PortionStore` (same sealing, retention, faults, watch and fleet
+cursors) whose pending rows are Arrow tables and whose write-ahead files
+(`wal.N.arrows`) are Arrow IPC streams: a schema message, then one message per batch.
+Replay reads each file's messages in order and keeps every batch whose `record_seq`
+is above the newest sealed one; a torn last message (a write that never returned) ends
+that file's replay, and anything unreadable before it is set aside, never dropped.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from mlfs.abi import EXTRA_RECORDS_LOST, RECORD_CORE_COLUMNS, RECORD_TYPES
+
+from .durable import fsync_dir, set_aside, write_durably
+from .store import Batch, Portion, PortionStore, StoreError, StorePolicy, StoreWatch, portion_name
+
+log = logging.getLogger("mlfs.records")
+
+_WAL_SUFFIX = ".arrows"
+_WAL_PREFIX = "wal."
+
+ARROW_TYPES: dict[str, pa.DataType] = {
+    "int64": pa.int64(), "uint64": pa.uint64(), "int32": pa.int32(), "uint32": pa.uint32(),
+    "uint16": pa.uint16(), "uint8": pa.uint8(), "float64": pa.float64(), "bool": pa.bool_(),
+    "string": pa.string(),
+}
+assert set(ARROW_TYPES) == set(RECORD_TYPES)
+
+
+class RecordsRefused(ValueError):
+    """A batch that does not match the declared fields; str(err) says why."""
+
+
+def record_schema(fields: dict[str, str]) -> pa.Schema:
+    """The record dataset's schema: the core's columns, then the declared fields."""
+    seq, tick = RECORD_CORE_COLUMNS
+    return pa.schema([(seq, pa.uint64()), (tick, pa.int64())]
+                     + [(name, ARROW_TYPES[kind]) for name, kind in fields.items()])
+
+
+def to_table(records: object, fields: dict[str, str]) -> pa.Table:
+    """`Sample.records` as a table of exactly the declared fields, cast in one call each.
+
+    Refuses (RecordsRefused) a batch with a missing or undeclared column, or a value
+    that does not cast safely (an overflow, a float into an int column): such a batch is
+    the backend's error and is never half-stored.
+    """
+    if isinstance(records, np.ndarray):
+        if records.dtype.names is None:
+            raise RecordsRefused("a numpy array without named fields (need a structured dtype)")
+        names = list(records.dtype.names)
+        columns = {name: records[name] for name in names}
+    elif isinstance(records, pa.RecordBatch | pa.Table):
+        names = list(records.schema.names)
+        columns = {name: records.column(name) for name in names}
+    else:
+        raise RecordsRefused(f"records of type {type(records).__name__} (need a pyarrow "
+                             "RecordBatch or Table, or a numpy structured array)")
+    extra = [n for n in names if n not in fields]
+    missing = [n for n in fields if n not in columns]
+    if extra or missing:
+        raise RecordsRefused(f"fields {sorted(extra)} not declared, {sorted(missing)} missing")
+    arrays = []
+    for name, kind in fields.items():
+        try:
+            arrays.append(pa.array(columns[name], type=ARROW_TYPES[kind], from_pandas=False)
+                          if isinstance(columns[name], np.ndarray)
+                          else pc.cast(columns[name], ARROW_TYPES[kind], safe=True))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError,
+                TypeError, ValueError, OverflowError) as exc:
+            raise RecordsRefused(f"field {name!r} is not {kind}: {exc}") from None
+    return pa.Table.from_arrays(arrays, names=list(fields))
+
+
+class RecordStore(PortionStore):
+    """A record dataset's portions; pending rows are Arrow tables, the WAL Arrow IPC."""
+
+    def __init__(self, directory: Path, fields: dict[str, str], policy: StorePolicy,
+                 watch: StoreWatch | None = None, kind: str = "records") -> None:
+        self.fields = dict(fields)
+        self._tables: list[pa.Table] = []
+        super().__init__(directory, record_schema(fields), "record_seq", policy, watch, kind)
+
+    # ---- write-ahead files ------------------------------------------------------
+    def _wal_path(self) -> Path:
+        return self.directory / f"{_WAL_PREFIX}{self._wal_seq}{_WAL_SUFFIX}"
+
+    def _replay(self) -> None:
+        """Batches of write-ahead files not yet in a portion come back pending."""
+        self._tables = []
+        wals = sorted((p for p in self.directory.glob(_WAL_PREFIX + "*" + _WAL_SUFFIX)
+                       if _seq(p) is not None), key=_seq)
+        floor = self.last_key
+        replayed = 0
+        for index, wal in enumerate(wals):
+            batches, problem = _read_wal(wal.read_bytes())
+            if problem and index != len(wals) - 1:
+                # not the newest file: its writes all returned, so this is damage
+                kept = self.directory / "quarantine" / wal.name
+                try:
+                    kept.parent.mkdir(exist_ok=True)
+                    write_durably(kept, wal.read_bytes())
+                    log.error("%s: write-ahead file damaged (%s) after %d batches; a copy "
+                              "is kept in %s", wal, problem, len(batches), kept)
+                except OSError as exc:
+                    log.error("%s: damaged (%s) and not copied aside: %s", wal, problem, exc)
+            elif problem:
+                log.info("%s: a torn last batch (never acknowledged) skipped: %s", wal, problem)
+            for batch in batches:
+                table = pa.Table.from_batches([batch])
+                if table.schema != self.schema:
+                    log.error("%s: a batch of another schema set aside", wal)
+                    set_aside(wal, "write-ahead batch of another schema")
+                    break
+                if floor is not None:
+                    table = table.filter(pc.greater(table.column("record_seq"), floor))
+                if table.num_rows:
+                    self._buffer_table(table)
+                    floor = self.last_key
+                    replayed += table.num_rows
+            self._wal_paths.append(wal)
+        if wals:
+            self._wal_seq = _seq(wals[-1]) + 1
+        if replayed:
+            log.info("%s: %d records recovered from the write-ahead files", self.directory,
+                     replayed)
+        else:
+            for wal in self._wal_paths:
+                wal.unlink(missing_ok=True)
+            self._wal_paths = []
+        if self._wal_paths:
+            self.watch.dirty.add(self)
+
+    # ---- batches in ---------------------------------------------------------------
+    def _buffer_table(self, table: pa.Table) -> None:
+        if self._pending == 0:
+            self._oldest_pending = time.monotonic()
+        self._tables.append(table)
+        self._pending += table.num_rows
+        self.rows_total += table.num_rows
+        self.last_key = int(pc.max(table.column("record_seq")).as_py())
+
+    def next_seq(self) -> int:
+        """The record_seq the next batch starts at (one past the newest kept or pending)."""
+        return 0 if self.last_key is None else self.last_key + 1
+
+    def append_table(self, table: pa.Table, tick: int) -> int:
+        """Number the rows, queue the batch for the WAL, hold it pending; returns its rows.
+
+        `table` has exactly the declared fields (see `to_table`).  StoreError when the
+        store is full: nothing changed, the caller counts the rows as lost.
+        """
+        rows = table.num_rows
+        if rows == 0:
+            return 0
+        if self.full:
+            raise StoreError(errno.ENOSPC, f"{self.waiting} records wait to be sealed "
+                             f"(max_waiting_rows {self.policy.max_waiting_rows})")
+        first = self.next_seq()
+        seq = pa.array(np.arange(first, first + rows, dtype=np.uint64))
+        ticks = pa.array(np.full(rows, tick, dtype=np.int64))
+        full = pa.Table.from_arrays([seq, ticks, *table.columns], schema=self.schema)
+        if not self._wal_created and not self._wal_buf:
+            self._wal_buf += self.schema.serialize().to_pybytes()
+        for batch in full.to_batches():
+            self._wal_buf += batch.serialize().to_pybytes()
+        self._buffer_table(full)
+        self.watch.dirty.add(self)
+        return rows
+
+    def append(self, row: dict, strict: bool = False) -> None:
+        raise TypeError("a record store takes batches (append_table), not rows")
+
+    # ---- sealing --------------------------------------------------------------------
+    def take_batch(self) -> Batch | None:
+        if self.sealing:
+            return None
+        if self._failed:
+            batch = self._failed[0]
+        else:
+            if self._pending == 0 or not self.flush_wal():
+                return None
+            table = pa.concat_tables(self._tables) if len(self._tables) != 1 else self._tables[0]
+            batch = Batch(self._next, {"table": table}, self._pending, self._wal_paths)
+            self._next += 1
+            self._tables = []
+            self._pending = 0
+            self._wal_paths = []
+            self._wal_created = False
+            self._wal_seq += 1
+            self._failed.append(batch)
+        self.sealing += 1
+        return batch
+
+    def write_batch(self, batch: Batch) -> Portion | None:
+        """Write one portion atomically (worker thread): tmp, fsync, rename, fsync dir."""
+        write_durably(self._counter_path(), f"{batch.number + 1}\n".encode())
+        table = batch.columns["table"]
+        final = self.directory / portion_name(batch.number)
+        tmp = final.with_suffix(".tmp")
+        pq.write_table(table, tmp, compression="zstd", row_group_size=1 << 20)
+        fd = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, final)
+        fsync_dir(self.directory)
+        st = final.stat()
+        for wal in batch.wal_paths:
+            wal.unlink(missing_ok=True)
+        return Portion(batch.number, final, st.st_size, table.num_rows, st.st_mtime_ns)
+
+
+def keep_records(runtime, tick: int, sample) -> None:
+    """A tick's records into the runtime's record store: numbered, logged, counted.
+
+    Called from the tick's recording half (trio thread).  A batch that does not match the
+    declared fields is refused whole (counted in `records_refused`, an error line, the
+    log); one the store cannot take now (full) is counted lost, as the source's own
+    losses (`Sample.extra[EXTRA_RECORDS_LOST]`) are.
+    """
+    lost = sample.extra.get(EXTRA_RECORDS_LOST) if isinstance(sample.extra, dict) else None
+    if isinstance(lost, int) and not isinstance(lost, bool) and lost > 0:
+        runtime.records_lost += lost
+    store = runtime.records
+    if store is None or sample.records is None:
+        return
+    try:
+        table = to_table(sample.records, store.fields)
+    except RecordsRefused as exc:
+        runtime.records_refused += 1
+        runtime.exchange.count_error(runtime.name, "records")
+        log.error("%s: tick %d's records refused: %s", runtime.name, tick, exc)
+        return
+    try:
+        store.append_table(table, tick)
+    except StoreError as exc:
+        runtime.records_lost += table.num_rows
+        log.error("%s: %d records of tick %d lost: %s", runtime.name, table.num_rows, tick,
+                  exc.strerror)
+
+
+def _seq(path: Path) -> int | None:
+    middle = path.name[len(_WAL_PREFIX):-len(_WAL_SUFFIX)]
+    return int(middle) if middle.isdigit() else None
+
+
+def _read_wal(data: bytes) -> tuple[list[pa.RecordBatch], str]:
+    """The batches of one write-ahead file, and why it ended early ('' when it did not)."""
+    if not data:
+        return [], ""
+    batches: list[pa.RecordBatch] = []
+    try:
+        reader = pa.ipc.open_stream(data)
+        for batch in reader:
+            batches.append(batch)
+    except (pa.ArrowInvalid, OSError) as exc:
+        return batches, str(exc)[:200]
+    return batches, ""

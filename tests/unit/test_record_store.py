@@ -1,0 +1,93 @@
+"""Record stores: batches in, numbered and sealed as Parquet, replayed after a crash, never
+half-stored."""
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from mlfs.core.records import RecordsRefused, RecordStore, to_table
+from mlfs.core.store import StorePolicy
+
+FIELDS = {"device": "string", "sector": "uint64", "latency_us": "float64", "ok": "bool"}
+
+
+def _batch(n: int, start: int = 0) -> np.ndarray:
+    out = np.empty(n, dtype=[("device", "U8"), ("sector", np.uint64),
+                             ("latency_us", np.float64), ("ok", np.bool_)])
+    out["device"] = "loop3"
+    out["sector"] = np.arange(start, start + n)
+    out["latency_us"] = 10.0
+    out["ok"] = True
+    return out
+
+
+def _store(path, **policy) -> RecordStore:
+    return RecordStore(path, FIELDS, StorePolicy(**policy))
+
+
+def test_batches_are_numbered_across_ticks_and_sealed_into_one_portion(tmp_path):
+    store = _store(tmp_path)
+    store.append_table(to_table(_batch(1000), FIELDS), tick=7)
+    store.append_table(to_table(pa.table({"device": ["sda"], "sector": pa.array([5], pa.uint64()),
+                                          "latency_us": [1.5], "ok": [False]}), FIELDS), tick=8)
+    store.append_table(to_table(_batch(0), FIELDS), tick=9)  # a tick without records
+    portion = store.seal_now()
+    table = pq.read_table(portion.path)
+    assert table.num_rows == 1001
+    assert table.column("record_seq").to_pylist() == list(range(1001))
+    assert table.column("tick").to_pylist()[-2:] == [7, 8]
+    assert table.schema.field("sector").type == pa.uint64()
+
+
+def test_a_crash_before_the_seal_loses_nothing_and_keeps_the_numbering(tmp_path):
+    store = _store(tmp_path)
+    store.append_table(to_table(_batch(300), FIELDS), tick=1)
+    store.seal_now()
+    store.append_table(to_table(_batch(200, 300), FIELDS), tick=2)
+    store.append_table(to_table(_batch(100, 500), FIELDS), tick=3)
+    assert store.flush_wal()
+    # the process dies here: no seal, no close
+    again = _store(tmp_path)
+    assert again.pending == 300
+    again.append_table(to_table(_batch(5, 600), FIELDS), tick=4)
+    again.seal_now()
+    seq = pa.concat_tables([pq.read_table(p.path) for p in again.portions.values()])
+    assert sorted(seq.column("record_seq").to_pylist()) == list(range(605))
+    assert sorted(seq.column("sector").to_pylist()) == list(range(605))
+
+
+def test_a_torn_last_batch_is_skipped_and_earlier_batches_are_kept(tmp_path):
+    store = _store(tmp_path)
+    store.append_table(to_table(_batch(10), FIELDS), tick=1)
+    store.append_table(to_table(_batch(10, 10), FIELDS), tick=2)
+    assert store.flush_wal()
+    wal = next(tmp_path.glob("wal.*.arrows"))
+    data = wal.read_bytes()
+    wal.write_bytes(data[:-9])  # the second batch's write never finished
+    again = _store(tmp_path)
+    assert again.pending == 10
+    assert again.next_seq() == 10
+
+
+def test_a_batch_that_does_not_match_the_declared_fields_is_refused_whole(tmp_path):
+    with pytest.raises(RecordsRefused, match="not declared"):
+        to_table(pa.table({"device": ["x"], "sector": [1], "latency_us": [1.0], "ok": [True],
+                           "pid": [3]}), FIELDS)
+    with pytest.raises(RecordsRefused, match="missing"):
+        to_table(pa.table({"device": ["x"]}), FIELDS)
+    with pytest.raises(RecordsRefused, match="'sector' is not uint64"):
+        to_table(pa.table({"device": ["x"], "sector": [-1], "latency_us": [1.0],
+                           "ok": [True]}), FIELDS)
+    with pytest.raises(RecordsRefused, match="structured dtype"):
+        to_table(np.zeros(3), FIELDS)
+
+
+def test_a_full_store_refuses_a_batch_and_changes_nothing(tmp_path):
+    from mlfs.core.store import StoreError
+
+    store = _store(tmp_path, max_waiting_rows=100)
+    store.append_table(to_table(_batch(100), FIELDS), tick=1)
+    with pytest.raises(StoreError):
+        store.append_table(to_table(_batch(1), FIELDS), tick=2)
+    assert store.pending == 100 and store.next_seq() == 100
