@@ -64,10 +64,12 @@ EXTRA_REFUSED = "refused"
 EXTRA_FOREIGN = "foreign"
 #: int: records the source knows it lost this tick (a ring overrun, kernel-side drops)
 EXTRA_RECORDS_LOST = "records_lost"
+#: [{report, kind, title, status, count}]: reports that are new or repeat (`report` events)
+EXTRA_REPORTS = "reports"
 
 #: the types a record field may have (`Subsystem.records`)
 RECORD_TYPES = ("int64", "uint64", "int32", "uint32", "uint16", "uint8", "float64", "bool",
-                "string")
+                "string", "timestamp")
 #: the columns the core adds to every record row; no record field may take them
 RECORD_CORE_COLUMNS = ("record_seq", "tick")
 
@@ -242,6 +244,11 @@ class Subsystem(abc.ABC):
     #: record field name -> one of `RECORD_TYPES`: a record dataset (MOUNT/<name>/records/,
     #: zero or many rows per tick, handed over in `Sample.records`); empty: none
     records: ClassVar[dict[str, str]] = {}
+    #: True when what the subsystem publishes identifies users (the kernel log): its
+    #: dataset, records and reports are then readable by root and the mount's group only
+    private: ClassVar[bool] = False
+    #: True when the subsystem keeps reports (`report_files`), served under reports/
+    publishes_reports: ClassVar[bool] = False
     #: True when `step` blocks (sleeps through its measuring window, waits for
     #: the kernel): the core then runs it in a worker thread, so the mount
     #: keeps answering.  False (the default) means `step` returns at once and
@@ -265,6 +272,13 @@ class Subsystem(abc.ABC):
         call.  Must not raise for ordinary conditions; a knob the kernel refused
         is reported in `Sample.extra[EXTRA_REFUSED]`.
         """
+
+    def report_files(self) -> dict[str, str]:
+        """The reports to serve under reports/ (`publishes_reports`): file name -> text.
+
+        Bounded by the backend (a fixed number of reports, each of bounded size).
+        """
+        return {}
 
     def release(self, knobs: list[str]) -> None:
         """No model controls `knobs` any more: real backends restore them now.

@@ -28,6 +28,7 @@ from mlfs.abi import (
     EXTRA_APPLIED,
     EXTRA_FOREIGN,
     EXTRA_REFUSED,
+    EXTRA_REPORTS,
     NAME,
     KnobValue,
     Sample,
@@ -60,6 +61,8 @@ EMERGENCY_PIN_FILE = "emergency_pinned"
 ROOT_COMMANDS = "load, unload, emergency, auto"
 #: how long unload waits for a blocking step in flight (seconds, or two ticks)
 UNLOAD_STEP_WAIT = 10.0
+#: `report` events one tick may send (a backend announcing more is cut here)
+MAX_REPORT_EVENTS = 32
 #: where a subsystem came from: the configuration file or a run-time `load`
 CONFIG, LOADED = "config", "load"
 
@@ -104,6 +107,8 @@ class SubsystemRuntime:
                                        exchange.config.store.dataset(), self.watch, "records")
         self.records_lost = 0
         self.records_refused = 0
+        #: `report` events sent, by kind (a backend keeping reports: `publishes_reports`)
+        self.reports_by_kind: collections.Counter[str] = collections.Counter()
         self._tick_path = self.directory / "tick_reserved"
         last = self.dataset.last_key if self.dataset.last_key is not None else -1
         text, why = read_word(self._tick_path)
@@ -332,6 +337,7 @@ class SubsystemRuntime:
             proxy.record(plan.tick, ts, by_proxy.get(proxy.name), objective, knobs,
                          plan.features)
             proxy.update_mode(critical)
+        self._publish_reports(sample)
         for status in (EXTRA_REFUSED, EXTRA_FOREIGN):
             for knob, reason in (sample.extra.get(status) or {}).items():
                 self.exchange.count_error(self.name, f"knobs/{knob}")
@@ -349,6 +355,21 @@ class SubsystemRuntime:
         self.ticks += 1
         self.tick_seconds_total += time.perf_counter() - plan.started
         return sample
+
+    def _publish_reports(self, sample: Sample) -> None:
+        """`report` events for the backend's new and repeating reports (bounded)."""
+        reports = sample.extra.get(EXTRA_REPORTS) if isinstance(sample.extra, dict) else None
+        if not isinstance(reports, list):
+            return
+        for item in reports[:MAX_REPORT_EVENTS]:
+            if not isinstance(item, dict):
+                continue
+            kind = str(item.get("kind", "other"))[:32]
+            self.reports_by_kind[kind] += 1
+            self.exchange.bus.publish(self.name, "report", report=str(item.get("report"))[:80],
+                                      kind=kind, title=str(item.get("title", ""))[:300],
+                                      status=str(item.get("status", "new"))[:16],
+                                      count=int(item.get("count") or 0))
 
     def _set_critical(self, critical: str | None) -> None:
         if critical != self.critical:

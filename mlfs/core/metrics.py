@@ -207,6 +207,19 @@ def render(exchange: Exchange) -> str:
         w.metric("mlfs_ticks_skipped_total", "counter",
                  "Ticks held because nothing could be recorded (store.max_waiting_rows).",
                  runtime.skipped_ticks, subsystem=sub)
+        if runtime.records is not None:
+            w.metric("mlfs_records_total", "counter", "Records appended to the record dataset.",
+                     runtime.records.rows_total, subsystem=sub)
+            w.metric("mlfs_records_lost_total", "counter",
+                     "Records the source lost (ring overrun, drops) or the store could not take.",
+                     runtime.records_lost, subsystem=sub)
+            w.metric("mlfs_records_refused_total", "counter",
+                     "Record batches refused whole (fields not as declared).",
+                     runtime.records_refused, subsystem=sub)
+        for kind, count in sorted(runtime.reports_by_kind.items()):
+            w.metric("mlfs_reports_total", "counter",
+                     "Report events (new signatures and rate-limited repeats) by kind.", count,
+                     subsystem=sub, report_kind=kind)
         w.metric("mlfs_critical", "gauge",
                  "1 while the backend or the state dir reports a critical state.",
                  1 if runtime.critical else 0, subsystem=sub)

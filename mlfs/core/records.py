@@ -43,7 +43,7 @@ _WAL_PREFIX = "wal."
 ARROW_TYPES: dict[str, pa.DataType] = {
     "int64": pa.int64(), "uint64": pa.uint64(), "int32": pa.int32(), "uint32": pa.uint32(),
     "uint16": pa.uint16(), "uint8": pa.uint8(), "float64": pa.float64(), "bool": pa.bool_(),
-    "string": pa.string(),
+    "string": pa.string(), "timestamp": pa.timestamp("us", tz="UTC"),
 }
 assert set(ARROW_TYPES) == set(RECORD_TYPES)
 

@@ -132,13 +132,14 @@ class PortionFile(Node):
         super().__init__(tree, portion.name, parent)
         self.portion = portion
         self.store = parent.store
+        self.private = parent.private
 
     def alive(self) -> bool:
         return (self.store.portions.get(self.portion.number) is self.portion
                 and self.parent.alive())
 
     def mode(self) -> int:
-        return stat.S_IFREG | 0o444
+        return stat.S_IFREG | (0o440 if self.private else 0o444)
 
     def size(self) -> int:
         return self.portion.size
@@ -150,9 +151,12 @@ class PortionFile(Node):
 class PortionDir(Dir):
     """dataset/, records/, feedback/, recommendations/: a view of one store's portions."""
 
-    def __init__(self, tree: Tree, name: str, parent: Dir, store: PortionStore) -> None:
+    def __init__(self, tree: Tree, name: str, parent: Dir, store: PortionStore,
+                 private: bool = False) -> None:
         super().__init__(tree, name, parent)
         self.store = store
+        #: what the subsystem publishes identifies users: root and the group only (0440)
+        self.private = private
         self._nodes: dict[int, PortionFile] = {}
 
     def children(self) -> dict[str, Node]:
@@ -165,6 +169,39 @@ class PortionDir(Dir):
             if node is None or node.portion is not portions[number]:
                 node = self._nodes[number] = PortionFile(self.tree, self, portions[number])
             out[node.name] = node
+        return out
+
+
+class ReportFile(Attr):
+    """One report (a signature's title, counts and first block): a snapshot per open."""
+
+    def __init__(self, tree: Tree, name: str, parent: Dir, read: ReadFn, private: bool) -> None:
+        super().__init__(tree, name, parent, read=read)
+        self.private = private
+
+    def mode(self) -> int:
+        return stat.S_IFREG | (0o440 if self.private else 0o444)
+
+
+class ReportsDir(Dir):
+    """reports/: one read-only file per report the backend keeps (bounded by it)."""
+
+    def __init__(self, tree: Tree, parent: Dir, runtime: SubsystemRuntime) -> None:
+        super().__init__(tree, "reports", parent)
+        self.runtime = runtime
+        self._nodes: dict[str, ReportFile] = {}
+
+    def children(self) -> dict[str, Node]:
+        subsystem = self.runtime.subsystem
+        names = sorted(subsystem.report_files())
+        out: dict[str, Node] = {}
+        for name in names:
+            node = self._nodes.get(name)
+            if node is None:
+                node = self._nodes[name] = ReportFile(
+                    self.tree, name, self,
+                    lambda n=name: subsystem.report_files().get(n, ""), subsystem.private)
+            out[name] = node
         return out
 
 
@@ -231,9 +268,12 @@ class SubsystemDir(Dir):
         for name in runtime.subsystem.knobs:
             knobs.add(Attr(tree, name, knobs, read=_knob_reader(runtime, name)))
         self.add(EventsFile(tree, "events", self, runtime.name))
-        self.add(PortionDir(tree, "dataset", self, runtime.dataset))
+        private = runtime.subsystem.private
+        self.add(PortionDir(tree, "dataset", self, runtime.dataset, private))
         if runtime.records is not None:  # a record source: many rows per tick, or none
-            self.add(PortionDir(tree, "records", self, runtime.records))
+            self.add(PortionDir(tree, "records", self, runtime.records, private))
+        if runtime.subsystem.publishes_reports:
+            self.add(ReportsDir(tree, self, runtime))
         self.add(ModelsDir(tree, self, runtime))
 
     def alive(self) -> bool:

@@ -1,0 +1,160 @@
+"""linux.kmsg on a real mount: records written into /dev/kmsg in the kernel's formats, and
+real block errors from a loop device over a full tmpfs, come out as rows and reports."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pytest
+
+from tests.harness import Mount, sh, wait_for
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "kmsg"
+KMSG_CONFIG = """
+[mount]
+allow_other = true
+
+[store]
+seal_rows = 4096
+seal_seconds = 1.0
+
+[[subsystem]]
+backend = "linux.kmsg"
+tick_seconds = 0.1
+start = "now"
+"""
+
+
+def inject(message: str, level: int = 4) -> None:
+    """One record, as the kernel's printk would give it (/dev/kmsg limits each open file
+    to 10 records per 5 s, so each record gets its own open).  The newline ends the record:
+    without it the kernel keeps the record open for a continuation, and readers see it
+    only when the next record arrives."""
+    fd = os.open("/dev/kmsg", os.O_WRONLY)
+    try:
+        os.write(fd, f"<{level}>{message}\n".encode())
+    finally:
+        os.close(fd)
+
+
+def rows(mount: Mount):
+    sub = mount.mountpoint / "linux.kmsg"
+    assert sh(f"echo prepare_dataset > {sub}/control").returncode == 0
+    return ds.dataset(str(sub / "records"), format="parquet").to_table().to_pylist()
+
+
+@pytest.fixture
+def kmsg_mount(mount_root):
+    if not os.access("/dev/kmsg", os.R_OK | os.W_OK):
+        pytest.skip("/dev/kmsg needs root")
+    mount = Mount(mount_root, KMSG_CONFIG)
+    mount.start()
+    try:
+        yield mount
+    finally:
+        mount.kill(signal.SIGTERM)
+
+
+def test_records_of_every_kind_become_rows_and_reports(kmsg_mount):
+    sub = kmsg_mount.mountpoint / "linux.kmsg"
+    formats = [line.split("\t") for line in (DATA / "formats.tsv").read_text().splitlines()]
+    blocks = {}
+    for path in sorted(DATA.glob("*.block")):  # first: a report keeps its first block whole
+        title, *lines = path.read_text().splitlines()
+        blocks[title] = lines
+        for line in lines:
+            inject(line)
+    for _, _, _, message in formats:
+        inject(message)
+    inject("random: our marker after the formats")
+    wait_for(lambda: any(r["message"] == "random: our marker after the formats"
+                         for r in rows(kmsg_mount)), what="the injected records as rows")
+    got: dict = {}
+    for r in sorted(rows(kmsg_mount), key=lambda r: r["seq"]):
+        if r["facility"] == 1:  # written from user space (the kernel's own may match too)
+            got[r["message"]] = r  # the last: the formats come after the blocks' headers
+    for kind, device, signature, message in formats:
+        row = got[message]
+        assert (row["kind"], row["device"] or "-", row["signature"]) == (kind, device, signature)
+    reports = {p.name: p.read_text() for p in (sub / "reports").iterdir()}
+    titles = {text.splitlines()[0].removeprefix("title: ") for text in reports.values()}
+    assert set(blocks) <= titles, titles
+    warning = next(t for t in reports.values() if "WARNING in ext4_set_page_dirty" in t)
+    assert "---[ end trace 0000000000000000 ]---" in warning  # the whole first block
+    assert "count: 2" in warning  # the block, then the same header alone in the formats
+    mode = (sub / "reports" / next(iter(reports))).stat().st_mode
+    assert stat.S_IMODE(mode) == 0o440
+    portion = next((sub / "records").glob("*.parquet"))
+    assert stat.S_IMODE(portion.stat().st_mode) == 0o440
+    info = json.loads((sub / "info").read_text())
+    assert info["records"]["signature"] == "string"
+
+
+def test_a_loop_device_over_a_full_tmpfs_gives_io_error_rows_with_its_device(kmsg_mount,
+                                                                             tmp_path):
+    tmpfs = tmp_path / "small"
+    tmpfs.mkdir()
+    assert subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(tmpfs)]
+                          ).returncode == 0
+    device = None
+    try:
+        image = tmpfs / "disk.img"
+        with open(image, "wb") as fh:
+            fh.truncate(64 << 20)  # sparse: the tmpfs holds 4 MiB of it
+        device = subprocess.run(["losetup", "--find", "--show", str(image)],
+                                capture_output=True, text=True, check=True).stdout.strip()
+        name = os.path.basename(device)
+        subprocess.run(["dd", "if=/dev/zero", f"of={device}", "bs=1M", "count=16",
+                        "oflag=direct"], capture_output=True)
+        wait_for(lambda: any(r["kind"] == "io_error" and r["device"] == name
+                             for r in rows(kmsg_mount)), timeout=30,
+                 what=f"an io_error row for {name}")
+        errors = [r for r in rows(kmsg_mount) if r["device"] == name]
+        assert any("critical space allocation error, dev " + name in r["message"]
+                   for r in errors)
+        assert all(r["kind"] == "io_error" for r in errors
+                   if "error, dev" in r["message"])
+    finally:
+        if device:
+            subprocess.run(["losetup", "-d", device], capture_output=True)
+        subprocess.run(["umount", "-l", str(tmpfs)], capture_output=True)
+
+
+def test_records_written_while_the_daemon_is_down_are_read_after_a_restart(kmsg_mount):
+    inject("random: before the crash")
+    wait_for(lambda: any(r["message"] == "random: before the crash" for r in rows(kmsg_mount)),
+             what="the first record")
+    os.kill(kmsg_mount.pid, signal.SIGKILL)
+    wait_for(lambda: not kmsg_mount.alive(), what="the daemon gone")
+    kmsg_mount.pid = None
+    for i in range(5):
+        inject(f"random: while down {i}")
+    kmsg_mount.start()
+    wait_for(lambda: sum(r["message"].startswith("random: while down") for r in
+                         rows(kmsg_mount)) == 5, what="the records written while down")
+    seqs = sorted(r["seq"] for r in rows(kmsg_mount))
+    first = seqs[0]
+    assert set(range(first, seqs[-1] + 1)) <= set(seqs)  # no record of the boot skipped
+
+
+def test_an_overrun_ring_becomes_a_lost_row_with_its_count(kmsg_mount):
+    inject("random: before the flood")
+    wait_for(lambda: any(r["message"] == "random: before the flood" for r in rows(kmsg_mount)),
+             what="the first record")
+    kmsg_mount.stop(signal.SIGTERM)  # the cursor is saved at the last record read
+    filler = "random: flood " + "x" * 200
+    for _ in range(900):  # ~200 KiB: more than the 128 KiB ring holds
+        inject(filler)
+    kmsg_mount.start()
+    wait_for(lambda: any(r["kind"] == "lost" for r in rows(kmsg_mount)),
+             what="a lost row")
+    lost = [r for r in rows(kmsg_mount) if r["kind"] == "lost"]
+    assert lost[0]["count"] > 0
+    info = json.loads((kmsg_mount.mountpoint / "linux.kmsg" / "info").read_text())
+    assert info["records_lost"] >= lost[0]["count"]
