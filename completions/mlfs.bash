@@ -6,14 +6,15 @@
 # See also: https://github.com/scop/bash-completion/blob/main/doc/configuration.md
 
 _shtab_mlfs_config_subparsers=(default check)
-_shtab_mlfs_fleet_subparsers=(push train status report)
-_shtab_mlfs_subparsers=(mount umount restore status report train demo bench config fleet backends)
+_shtab_mlfs_fleet_subparsers=(push train status report reports)
+_shtab_mlfs_subparsers=(mount umount restore status report reports train demo bench config fleet backends)
 
 _shtab_mlfs_mount_option_strings=(-h --help --config --state-dir --foreground)
 _shtab_mlfs_umount_option_strings=(-h --help --timeout)
 _shtab_mlfs_restore_option_strings=(-h --help --state-dir)
 _shtab_mlfs_status_option_strings=(-h --help --json --watch)
 _shtab_mlfs_report_option_strings=(-h --help --model --out --all --last --max-points --png)
+_shtab_mlfs_reports_option_strings=(-h --help --subsystem --json --html)
 _shtab_mlfs_train_option_strings=(-h --help --model --max-seconds --explore-ticks --relative --features --fleet --fleet-version --seed -v --verbose)
 _shtab_mlfs_demo_option_strings=(-h --help --seconds --seed --keep --fleet --host-ticks --ticks --tick)
 _shtab_mlfs_bench_option_strings=(-h --help --quick --json)
@@ -24,6 +25,7 @@ _shtab_mlfs_fleet_push_option_strings=(-h --help --store --subsystem --state-dir
 _shtab_mlfs_fleet_train_option_strings=(-h --help --store --subsystem --scheduler --workers --folds --since --until --fit-timeout --json)
 _shtab_mlfs_fleet_status_option_strings=(-h --help --store --json)
 _shtab_mlfs_fleet_report_option_strings=(-h --help --store --json)
+_shtab_mlfs_fleet_reports_option_strings=(-h --help --store --subsystem --json --html)
 _shtab_mlfs_fleet_option_strings=(-h --help)
 _shtab_mlfs_backends_option_strings=(-h --help --json)
 _shtab_mlfs_option_strings=(-h --help --version)
@@ -31,8 +33,8 @@ _shtab_mlfs_option_strings=(-h --help --version)
 
 
 _shtab_mlfs_config_pos_0_choices=(default check)
-_shtab_mlfs_fleet_pos_0_choices=(push train status report)
-_shtab_mlfs_pos_0_choices=(mount umount restore status report train demo bench config fleet backends)
+_shtab_mlfs_fleet_pos_0_choices=(push train status report reports)
+_shtab_mlfs_pos_0_choices=(mount umount restore status report reports train demo bench config fleet backends)
 
 _shtab_mlfs_mount__h_nargs=0
 _shtab_mlfs_mount___help_nargs=0
@@ -49,6 +51,10 @@ _shtab_mlfs_report__h_nargs=0
 _shtab_mlfs_report___help_nargs=0
 _shtab_mlfs_report___all_nargs=0
 _shtab_mlfs_report___png_nargs=0
+_shtab_mlfs_reports__h_nargs=0
+_shtab_mlfs_reports___help_nargs=0
+_shtab_mlfs_reports___json_nargs=0
+_shtab_mlfs_reports___html_nargs=0
 _shtab_mlfs_train__h_nargs=0
 _shtab_mlfs_train___help_nargs=0
 _shtab_mlfs_train___relative_nargs=0
@@ -78,6 +84,10 @@ _shtab_mlfs_fleet_status___json_nargs=0
 _shtab_mlfs_fleet_report__h_nargs=0
 _shtab_mlfs_fleet_report___help_nargs=0
 _shtab_mlfs_fleet_report___json_nargs=0
+_shtab_mlfs_fleet_reports__h_nargs=0
+_shtab_mlfs_fleet_reports___help_nargs=0
+_shtab_mlfs_fleet_reports___json_nargs=0
+_shtab_mlfs_fleet_reports___html_nargs=0
 _shtab_mlfs_fleet_pos_0_nargs=A...
 _shtab_mlfs_fleet__h_nargs=0
 _shtab_mlfs_fleet___help_nargs=0

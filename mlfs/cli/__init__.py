@@ -15,10 +15,24 @@ import argparse
 import os
 import sys
 
-from . import backends, bench, config, demo, fleet, mount, report, restore, status, train, umount
+from . import (
+    backends,
+    bench,
+    config,
+    demo,
+    fleet,
+    mount,
+    report,
+    reports,
+    restore,
+    status,
+    train,
+    umount,
+)
 
 #: in the order of `mlfs --help`
-COMMANDS = (mount, umount, restore, status, report, train, demo, bench, config, fleet, backends)
+COMMANDS = (mount, umount, restore, status, report, reports, train, demo, bench, config, fleet,
+            backends)
 
 #: one line per command for the top-level description; each command's help= says the rest
 SUMMARY = """mlfs exchanges data and decisions between kernel subsystems and user-space ML
@@ -38,7 +52,8 @@ EXAMPLES = {
 Every command takes --help.  Manual page: mlfs(8).""",
     **{name: module.EXAMPLES for name, module in (
         ("mount", mount), ("umount", umount), ("status", status), ("report", report),
-        ("train", train), ("demo", demo), ("bench", bench), ("backends", backends),
+        ("reports", reports), ("train", train), ("demo", demo), ("bench", bench),
+        ("backends", backends),
         ("restore", restore), ("fleet", fleet), ("config", config))},
 }
 

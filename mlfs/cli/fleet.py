@@ -8,6 +8,7 @@ import os
 import sys
 from pathlib import Path
 
+from . import reports
 from .common import command, default_state_dir
 
 EXAMPLES = """examples:
@@ -16,7 +17,8 @@ EXAMPLES = """examples:
   mlfs fleet train --store /srv/fleet --subsystem linux.vm --scheduler tcp://10.0.0.5:8786
   mlfs fleet train --store /srv/fleet --subsystem linux.vm --since 2026-11-01
   mlfs fleet status --store /srv/fleet
-  mlfs fleet report --store /srv/fleet      # per host: mode, efficiency, fleet policy"""
+  mlfs fleet report --store /srv/fleet      # per host: mode, efficiency, fleet policy
+  mlfs fleet reports --store /srv/fleet     # kernel crash reports merged over hosts"""
 
 
 def cmd_fleet_push(args: argparse.Namespace) -> int:
@@ -68,6 +70,13 @@ def cmd_fleet_report(args: argparse.Namespace) -> int:
     from ..fleet.report import main as report_main
 
     return report_main(args.store, args.json)
+
+
+def cmd_fleet_reports(args: argparse.Namespace) -> int:
+    from ..kernel_reports import fleet_reports, main
+
+    return main(fleet_reports(args.store, args.subsystem), args.format,
+                f"kernel reports of {args.store}")
 
 
 def cmd_fleet_status(args: argparse.Namespace) -> int:
@@ -136,3 +145,10 @@ def add_parser(sub) -> None:
     q.add_argument("--store", required=True, metavar="URL", help="the fleet store")
     q.add_argument("--json", action="store_true", help="print JSON instead of text")
     q.set_defaults(func=cmd_fleet_report)
+    q = actions.add_parser("reports", help="the kernel's crash and error reports merged by "
+                           "signature over every host, most hosts first")
+    q.add_argument("--store", required=True, metavar="URL", help="the fleet store")
+    q.add_argument("--subsystem", default="linux.kmsg",
+                   help="the kernel-log subsystem's name (default linux.kmsg)")
+    reports.add_format_options(q)
+    q.set_defaults(func=cmd_fleet_reports)

@@ -180,6 +180,7 @@ class SubsystemRuntime:
                           "goal": sub.objective.goal},
             "knobs": {n: k.describe() for n, k in sub.knobs.items()},
             "features": dict(self.feature_columns),
+            **({"private": True} if sub.private else {}),
             **({"records": dict(sub.records), "records_lost": self.records_lost,
                 "records_refused": self.records_refused} if self.records is not None else {}),
         }

@@ -6,6 +6,7 @@ installed).  Shipped portions are hive-partitioned Parquet, so DuckDB,
 Polars, pyarrow, Spark and Dask read a kind of rows as one table:
 
     subsystem=<S>/host=<H>/kind=dataset/<NNNNNNNNNN>.parquet
+    subsystem=<S>/host=<H>/kind=records/<NNNNNNNNNN>.parquet      a record dataset
     subsystem=<S>/host=<H>/kind=feedback/model=<M>/<NNNNNNNNNN>.parquet
     subsystem=<S>/host=<H>/kind=recommendations/model=<M>/<NNNNNNNNNN>.parquet
     policies/<S>/<NNNNNNNNNN>.txt     a fleet policy (LightGBM text)
@@ -33,7 +34,9 @@ from dataclasses import dataclass
 from mlfs.core.shipped import source_key
 from mlfs.core.store import PORTION_SUFFIX, portion_name
 
-KINDS = ("dataset", "feedback", "recommendations")
+KINDS = ("dataset", "records", "feedback", "recommendations")
+#: kinds kept per subsystem (their portions live under <subsystem>/<kind>/ in the mount)
+SUBSYSTEM_KINDS = ("dataset", "records")
 #: kinds kept per model (their portions live under models/<m>/<kind>/ in the mount)
 MODEL_KINDS = ("feedback", "recommendations")
 #: constant columns appended to every shipped row
@@ -54,8 +57,8 @@ class Source:
 
     def mount_dir(self) -> str:
         """Relative to the mountpoint."""
-        if self.kind == "dataset":
-            return f"{self.subsystem}/dataset"
+        if self.kind in SUBSYSTEM_KINDS:
+            return f"{self.subsystem}/{self.kind}"
         return f"{self.subsystem}/models/{self.model}/{self.kind}"
 
     def key(self) -> str:

@@ -22,7 +22,7 @@ import json
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from .layout import Source
+from .layout import SUBSYSTEM_KINDS, Source
 
 if TYPE_CHECKING:
     from .push import Store
@@ -59,7 +59,7 @@ def objects(store: Store, subsystem: str, kind: str) -> list[str]:
     `subsystem` (a name or glob), oldest first per host."""
     found = store.fs.glob(store.path(f"{MANIFESTS}/*.json"))
     if not found and store.atomic:
-        deeper = "" if kind == "dataset" else "*/"
+        deeper = "" if kind in SUBSYSTEM_KINDS else "*/"
         return sorted(store.fs.glob(store.path(
             f"subsystem={subsystem}/*/kind={kind}/{deeper}*.parquet")))
     out: list[str] = []

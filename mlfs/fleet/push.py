@@ -137,6 +137,24 @@ def with_host_columns(table: pa.Table, host: dict[str, str]) -> pa.Table:
     return table
 
 
+def private_rows(table: pa.Table) -> pa.Table:
+    """`table` with its text columns masked (`kernel_log.private_masked`): command names,
+    paths under /home and addresses never leave the host."""
+    from mlfs.kernel_log import private_masked
+
+    for name in PRIVATE_COLUMNS:
+        if name in table.column_names:
+            values = [None if v is None else private_masked(v)
+                      for v in table.column(name).to_pylist()]
+            index = table.column_names.index(name)
+            table = table.set_column(index, name, pa.array(values, type=pa.string()))
+    return table
+
+
+#: the text columns of a private subsystem's rows that are masked before they ship
+PRIVATE_COLUMNS = ("message", "signature", "dict_device")
+
+
 # ---- the cursor -------------------------------------------------------------
 @dataclass
 class Cursor:
@@ -215,6 +233,8 @@ class Pusher:
         out: list[Source] = []
         for name in self._subsystems():
             out.append(Source(name, "dataset"))
+            if (self.mountpoint / name / "records").is_dir():  # a record source
+                out.append(Source(name, "records"))
             models = self.mountpoint / name / "models"
             try:
                 entries = sorted(e.name for e in os.scandir(models) if e.is_dir())
@@ -302,6 +322,8 @@ class Pusher:
                       source.key(), number)
             rows = None
         else:
+            if self._private(source.subsystem):
+                table = private_rows(table)
             buffer = io.BytesIO()
             pq.write_table(with_host_columns(table, self.host), buffer)
             self.store.put(source.object_path(self.host["host_id"], number), buffer.getvalue())
@@ -310,6 +332,14 @@ class Pusher:
         self.cursor.shipped[source.key()] = number
         self.cursor.save()
         return rows
+
+    def _private(self, subsystem: str) -> bool:
+        """Whether the subsystem's rows identify users (its `info` says `private`)."""
+        try:
+            return bool(json.loads((self.mountpoint / subsystem / "info").read_text())
+                        .get("private"))
+        except (OSError, ValueError):
+            return True  # unknown: mask rather than ship what may identify a user
 
     def _account(self, result: PassResult) -> None:
         self.shipped_total += result.shipped

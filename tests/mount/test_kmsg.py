@@ -11,9 +11,10 @@ import subprocess
 from pathlib import Path
 
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 import pytest
 
-from tests.harness import Mount, sh, wait_for
+from tests.harness import Mount, mlfs_command, sh, wait_for
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "kmsg"
 KMSG_CONFIG = """
@@ -158,3 +159,59 @@ def test_an_overrun_ring_becomes_a_lost_row_with_its_count(kmsg_mount):
     assert lost[0]["count"] > 0
     info = json.loads((kmsg_mount.mountpoint / "linux.kmsg" / "info").read_text())
     assert info["records_lost"] >= lost[0]["count"]
+
+
+def test_mlfs_reports_lists_a_mounts_reports(kmsg_mount):
+    for line in (DATA / "warning.block").read_text().splitlines()[1:]:
+        inject(line)
+    inject("random: after the warning")
+    sub = kmsg_mount.mountpoint / "linux.kmsg"
+    wait_for(lambda: any((sub / "reports").iterdir()), what="a report")
+    done = subprocess.run(mlfs_command("reports", str(kmsg_mount.mountpoint), "--json"),
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    reports = json.loads(done.stdout)
+    warning = next(r for r in reports if r["title"] == "WARNING in ext4_set_page_dirty")
+    assert warning["kind"] == "warning" and warning["count"] >= 1
+    assert warning["block"][-1] == "---[ end trace 0000000000000000 ]---"
+    done = subprocess.run(mlfs_command("reports", str(kmsg_mount.mountpoint / "nosuch")),
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+
+
+def test_two_hosts_push_and_fleet_reports_merges_one_signature_over_both(mount_root):
+    if not os.access("/dev/kmsg", os.R_OK | os.W_OK):
+        pytest.skip("/dev/kmsg needs root")
+    store = mount_root / "store"
+    token = os.urandom(4).hex()
+    hosts = [Mount(mount_root, KMSG_CONFIG, name=f"host{i}") for i in (1, 2)]
+    try:
+        for host in hosts:
+            host.start()
+        inject(f"WARNING: CPU: 0 PID: 1 at fs/x.c:1 fleet_probe_{token}+0x1/0x2")
+        inject("---[ end trace 0000000000000000 ]---")
+        inject(f"alice-{token}[4242]: segfault at 0 ip 0000000000401000 sp 00007ffc00000000 "
+               "error 4 in a.out[400000+1000]")
+        for host in hosts:
+            wait_for(lambda h=host: any(f"fleet_probe_{token}" in (r["signature"] or "")
+                                        for r in rows(h)), what="the probe on each host")
+            done = subprocess.run(mlfs_command("fleet", "push", str(host.mountpoint), "--store",
+                                               str(store), "--state-dir", str(host.state_dir),
+                                               "--once"), capture_output=True, text=True,
+                                  timeout=120)
+            assert done.returncode == 0, done.stderr
+        done = subprocess.run(mlfs_command("fleet", "reports", "--store", str(store), "--json"),
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        merged = json.loads(done.stdout)
+        probe = next(r for r in merged if r["title"] == f"WARNING in fleet_probe_{token}")
+        assert probe["hosts"] == 2 and probe["count"] == 2 and probe["kind"] == "warning"
+        assert merged[0]["hosts"] == 2  # most hosts first
+        shipped = [r for path in store.glob("subsystem=linux.kmsg/host=*/kind=records/*.parquet")
+                   for r in pq.read_table(path).to_pylist() if r["kind"] == "segfault"]
+        assert shipped and all(f"alice-{token}" not in (r["message"] + r["signature"])
+                               for r in shipped)  # command names never leave the host
+        assert any(f"alice-{token}" in r["message"] for r in rows(hosts[0]))  # kept at home
+    finally:
+        for host in hosts:
+            host.kill(signal.SIGTERM)
