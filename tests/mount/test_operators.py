@@ -32,7 +32,8 @@ DOCKER = REPO / "docker"
 UNIT_MLFS = "/usr/local/bin/mlfs"
 #: capability numbers (linux/capability.h) a unit of ours may keep
 CAP_NUMBERS = {"CAP_CHOWN": 0, "CAP_DAC_OVERRIDE": 1, "CAP_DAC_READ_SEARCH": 2, "CAP_FOWNER": 3,
-               "CAP_SETGID": 6, "CAP_SETUID": 7, "CAP_SYS_ADMIN": 21, "CAP_SYS_RESOURCE": 24}
+               "CAP_SETGID": 6, "CAP_SETUID": 7, "CAP_SYS_ADMIN": 21, "CAP_SYS_RESOURCE": 24,
+               "CAP_SYSLOG": 34}
 
 
 def venv_script(name: str) -> Path:
@@ -310,7 +311,7 @@ def test_systemd_units_pass_systemd_analyze_verify(tmp_path):
     assert "--foreground" in unit_settings(daemon, "ExecStart")[0]
     assert unit_settings(daemon, "ExecStop")[0].lstrip("-").startswith(f"{UNIT_MLFS} umount %f")
     assert unit_settings(daemon, "KillSignal") == ["SIGTERM"]
-    assert unit_settings(daemon, "DeviceAllow") == ["/dev/fuse rw"]
+    assert unit_settings(daemon, "DeviceAllow") == ["/dev/fuse rw", "/dev/kmsg r"]
     namespacing = ("ProtectSystem", "ProtectHome", "PrivateTmp", "PrivateDevices",
                    "PrivateMounts", "ReadWritePaths", "ProtectKernelTunables", "DynamicUser")
     for key in namespacing:
