@@ -72,7 +72,7 @@ from mlfs.backends.settings import (
     tick_seconds,
 )
 
-from mlfs.abi import Objective, Sample, Subsystem
+from mlfs.abi import Objective, Sample, Subsystem, Target
 
 #: bump when any parameter below changes (each change needs its own published source)
 SIM_VERSION = 1
@@ -300,6 +300,12 @@ class SimDisks(Subsystem):
     """The population as a subsystem: one tick is one day, its records the drive-days."""
 
     backend = "sim.disks"
+    #: a drive fails within 30 days; the default rule is SMART's own threshold trip
+    targets = {"failure": Target(
+        "failure", key="drive_id", event="failed", rule="smart_failed", horizon_ticks=30,
+        miss_cost=100.0, false_alarm_cost=1.0,
+        description="the drive fails within horizon_ticks days; rule: SMART's threshold "
+                    "trip (smartctl -H FAILED)")}
     description = "simulated drive population (SMART, failures), one record per drive-day"
     records = RECORDS
 

@@ -197,6 +197,34 @@ class Objective:
     goal: Literal["max", "min"] = "max"
 
 
+@dataclass(frozen=True)
+class Target:
+    """An event a record source can predict: what a predictor model is judged on.
+
+    Each record row is one entity (`key`: a drive, a device) at one tick; `event` is
+    the boolean record field that is true on the row where the event happened (a
+    failure, an I/O error), `rule` the boolean record field holding the default rule's
+    alert on that row (the human-made algorithm: SMART's threshold trip, "alert after
+    the first error").  An alert warns of an event 1..`horizon_ticks` ticks ahead.
+    `miss_cost` and `false_alarm_cost` weigh a missed event against an alert on a row
+    whose entity had no event within the horizon (docs/ABI.md, "Predictors").
+    """
+
+    name: str
+    key: str
+    event: str
+    rule: str
+    horizon_ticks: int
+    miss_cost: float = 10.0
+    false_alarm_cost: float = 1.0
+    description: str = ""
+
+    def describe(self) -> dict:
+        return {"key": self.key, "event": self.event, "rule": self.rule,
+                "horizon_ticks": self.horizon_ticks, "miss_cost": self.miss_cost,
+                "false_alarm_cost": self.false_alarm_cost, "description": self.description}
+
+
 @dataclass
 class Sample:
     """What one tick produced.
@@ -249,6 +277,9 @@ class Subsystem(abc.ABC):
     private: ClassVar[bool] = False
     #: True when the subsystem keeps reports (`report_files`), served under reports/
     publishes_reports: ClassVar[bool] = False
+    #: target name -> Target: events its records let a predictor forecast; with targets
+    #: (and no knobs) the subsystem's models are predictors, not knob models
+    targets: ClassVar[dict[str, Target]] = {}
     #: True when `step` blocks (sleeps through its measuring window, waits for
     #: the kernel): the core then runs it in a worker thread, so the mount
     #: keeps answering.  False (the default) means `step` returns at once and
@@ -345,7 +376,26 @@ def subsystem_problems(subsystem: Subsystem) -> list[str]:
         columns[column] = f"feature {feature!r}"
     if getattr(subsystem.objective, "goal", None) not in ("max", "min"):
         problems.append("objective goal is neither max nor min")
-    for record_field, kind in getattr(subsystem, "records", {}).items():
+    records = getattr(subsystem, "records", {})
+    for target_name, target in getattr(subsystem, "targets", {}).items():
+        if not isinstance(target, Target) or target.name != target_name or \
+                not NAME.fullmatch(target_name):
+            problems.append(f"target {target_name!r} is not a Target named so ({NAME_RULE})")
+            continue
+        if subsystem.knobs:
+            problems.append(f"target {target_name!r}: a subsystem with knobs cannot have "
+                            "targets (its models would be both kinds)")
+        for what in ("event", "rule"):
+            if records.get(getattr(target, what)) != "bool":
+                problems.append(f"target {target_name!r}: {what} {getattr(target, what)!r} is "
+                                "not a bool record field")
+        if target.key not in records:
+            problems.append(f"target {target_name!r}: key {target.key!r} is not a record field")
+        if not (isinstance(target.horizon_ticks, int) and 1 <= target.horizon_ticks <= 100_000):
+            problems.append(f"target {target_name!r}: horizon_ticks is not in 1..100000")
+        if not (target.miss_cost > 0 and target.false_alarm_cost > 0):
+            problems.append(f"target {target_name!r}: costs must be positive")
+    for record_field, kind in records.items():
         if kind not in RECORD_TYPES:
             problems.append(f"record field {record_field!r}: type {kind!r} is not one of "
                             f"{', '.join(RECORD_TYPES)}")

@@ -42,6 +42,7 @@ from .durable import fsync_dir, set_aside, write_durably
 from .errors import Refused, error_line, invalid
 from .events import EventBus
 from .loading import Load, Remembered, parse_command, read_remembered, write_remembered
+from .predictor_proxy import PredictorProxy
 from .proxy import ERRORS_KEPT, OPERATOR_PIN, OPERATOR_RELEASE, Decision, ModelProxy
 from .readers import ReaderAccounts
 from .records import RecordStore, keep_records
@@ -145,11 +146,16 @@ class SubsystemRuntime:
                     log.warning("%s: %s has no %s (not a complete model); ignored",
                                 self.name, entry, MODEL_SETTINGS)
                     continue
-                self.models[entry.name] = ModelProxy(self, entry.name, entry,
-                                                     exchange.new_generation())
+                self.models[entry.name] = self.proxy_class(self, entry.name, entry,
+                                                           exchange.new_generation())
         for proxy in self.models.values():  # drop ownership conflicts left by a crash
             if proxy.active and self.owner_conflict(proxy, proxy.controlled):
                 proxy.state = "stopped"
+
+    @property
+    def proxy_class(self) -> type[ModelProxy]:
+        """A subsystem with targets has predictor models; any other, knob models."""
+        return PredictorProxy if self.subsystem.targets else ModelProxy
 
     # ---- schema -------------------------------------------------------------
     def knob_fields(self) -> list[tuple[str, pa.DataType]]:
@@ -181,6 +187,8 @@ class SubsystemRuntime:
             "knobs": {n: k.describe() for n, k in sub.knobs.items()},
             "features": dict(self.feature_columns),
             **({"private": True} if sub.private else {}),
+            **({"targets": {n: t.describe() for n, t in sub.targets.items()}}
+               if sub.targets else {}),
             **({"records": dict(sub.records), "records_lost": self.records_lost,
                 "records_refused": self.records_refused} if self.records is not None else {}),
         }
@@ -231,7 +239,7 @@ class SubsystemRuntime:
             ModelProxy.prepare_directory(staging, self)
             os.rename(staging, directory)
             fsync_dir(models_dir)
-            proxy = ModelProxy(self, name, directory, self.exchange.new_generation())
+            proxy = self.proxy_class(self, name, directory, self.exchange.new_generation())
         except OSError as exc:
             shutil.rmtree(staging, ignore_errors=True)
             shutil.rmtree(directory, ignore_errors=True)
@@ -331,12 +339,15 @@ class SubsystemRuntime:
         row.update(sample_features)
         row["objective"] = objective
         self.dataset.append(row)
-        keep_records(self, plan.tick, sample)
+        records = keep_records(self, plan.tick, sample)
         critical = sample.critical or self.watch.reason()
         by_proxy = {p.name: d for p, d in decisions}
         for proxy in active:
-            proxy.record(plan.tick, ts, by_proxy.get(proxy.name), objective, knobs,
-                         plan.features)
+            if isinstance(proxy, PredictorProxy):
+                proxy.observe(plan.tick, records)
+            else:
+                proxy.record(plan.tick, ts, by_proxy.get(proxy.name), objective, knobs,
+                             plan.features)
             proxy.update_mode(critical)
         self._publish_reports(sample)
         for status in (EXTRA_REFUSED, EXTRA_FOREIGN):

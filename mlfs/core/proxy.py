@@ -123,8 +123,8 @@ class ModelProxy:
         store_config = runtime.exchange.config.store
         self.journal = PortionStore(directory / "recommendations", journal_schema(), "seq",
                                     store_config.journal(), runtime.watch, "journal")
-        self.feedback = PortionStore(directory / "feedback", feedback_schema(runtime), "tick",
-                                     store_config.feedback(), runtime.watch, "feedback")
+        self.feedback = PortionStore(directory / "feedback", self._feedback_schema(runtime),
+                                     "tick", store_config.feedback(), runtime.watch, "feedback")
         self.state = "initialized"
         self.destroyed = False  # rmdir'd: a late write must not land in a successor's files
         self.mode = "learning"
@@ -161,6 +161,12 @@ class ModelProxy:
         if runtime.exchange.emergency_pinned:  # created (or reloaded) under the pin
             self.mode, self.emergency_cause = "emergency", "operator"
             self.mode_history.append((rfc3339(), "emergency", OPERATOR_PIN))
+
+    #: what the model's recommendations are: knob settings (a predictor: predictions)
+    kind = "knobs"
+
+    def _feedback_schema(self, runtime: SubsystemRuntime) -> pa.Schema:
+        return feedback_schema(runtime)
 
     # ---- persistence ------------------------------------------------------
     @staticmethod
@@ -449,8 +455,7 @@ class ModelProxy:
         The caller then fdatasyncs the WAL (`journal.sync`) before success.
         """
         try:
-            lines = parse_recommendations(data, self.runtime.subsystem.knobs,
-                                          set(self.controlled))
+            lines = self._parse_recommend(data)
             if not self.active:
                 raise invalid(f"model is {self.state}, not started")
             failing = self.runtime.watch.error()
@@ -477,16 +482,24 @@ class ModelProxy:
                 log.error("%s/%s: recommend failed (%s): %s", self.runtime.name, self.name,
                           reason, escape_input(data))
                 raise Refused(exc.errno, reason) from None
-            rec = Recommendation(rec_id, parsed.line, parsed.knobs, parsed.expect, parsed.ttl,
-                                 self.runtime.next_tick, time.monotonic_ns())
             self.bus.publish(self.runtime.name, "recommendation", model=self.name, id=rec_id,
                              status="accepted", reason="")
-            if self.current is not None and self.current.valid_at(self.runtime.next_tick):
-                self._finish(self.current, "superseded", f"superseded by {rec_id}")
-            self.current = rec
+            self._accept(parsed, rec_id)
             ids.append(rec_id)
         self._heard_from_trainer("recommendation")
         return ids
+
+    def _parse_recommend(self, data: bytes) -> list:
+        """A whole write to `recommend`, checked (Refused on the first bad line)."""
+        return parse_recommendations(data, self.runtime.subsystem.knobs, set(self.controlled))
+
+    def _accept(self, parsed, rec_id: int) -> None:
+        """A journaled recommendation takes effect: it is the one in force from now on."""
+        rec = Recommendation(rec_id, parsed.line, parsed.knobs, parsed.expect, parsed.ttl,
+                             self.runtime.next_tick, time.monotonic_ns())
+        if self.current is not None and self.current.valid_at(self.runtime.next_tick):
+            self._finish(self.current, "superseded", f"superseded by {rec_id}")
+        self.current = rec
 
     def withdraw(self, ids: list[int], reason: str) -> None:
         """Accepted rows whose write failed after all: no longer in effect."""

@@ -233,7 +233,7 @@ class RecordStore(PortionStore):
         return Portion(batch.number, final, st.st_size, table.num_rows, st.st_mtime_ns)
 
 
-def keep_records(runtime, tick: int, sample) -> None:
+def keep_records(runtime, tick: int, sample) -> pa.Table | None:
     """A tick's records into the runtime's record store: numbered, logged, counted.
 
     Called from the tick's recording half (trio thread).  A batch that does not match the
@@ -246,20 +246,21 @@ def keep_records(runtime, tick: int, sample) -> None:
         runtime.records_lost += lost
     store = runtime.records
     if store is None or sample.records is None:
-        return
+        return None
     try:
         table = to_table(sample.records, store.fields)
     except RecordsRefused as exc:
         runtime.records_refused += 1
         runtime.exchange.count_error(runtime.name, "records")
         log.error("%s: tick %d's records refused: %s", runtime.name, tick, exc)
-        return
+        return None
     try:
         store.append_table(table, tick)
     except StoreError as exc:
         runtime.records_lost += table.num_rows
         log.error("%s: %d records of tick %d lost: %s", runtime.name, table.num_rows, tick,
                   exc.strerror)
+    return table
 
 
 def _seq(path: Path) -> int | None:

@@ -223,6 +223,8 @@ class ModelDir(Dir):
                  write=lambda d: ops.policy(proxy, d), buffered=True))
         add(Attr(tree, "efficiency", self, read=proxy.efficiency_text))
         add(Attr(tree, "errors", self, read=proxy.errors_text))
+        if hasattr(proxy, "alerts_text"):  # a predictor: the alerts its mode raised
+            add(Attr(tree, "alerts", self, read=proxy.alerts_text))
         add(PortionDir(tree, "recommendations", self, proxy.journal))
         add(PortionDir(tree, "feedback", self, proxy.feedback))
 

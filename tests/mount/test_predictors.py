@@ -1,0 +1,113 @@
+"""Predictor models on a real mount: sim.disks' drive-days, a calibrated binary policy,
+predictions written as lines, shadow scoring against SMART's threshold trip, alerts."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+import numpy as np
+import pyarrow.dataset as ds
+import pytest
+from mlfs.backends.sim_disks import RECORDS, DrivePopulation
+from mlfs.trainers.predictor import EventLearner, label_rows
+
+from tests.harness import Mount, sh, wait_for, write_errno
+
+DISKS = """
+[mount]
+allow_other = true
+
+[store]
+seal_rows = 4096
+seal_seconds = 1.0
+feedback_seal_seconds = 1.0
+journal_seal_seconds = 1.0
+
+[modes]
+silence_seconds = 600.0
+
+[[subsystem]]
+backend = "sim.disks"
+seed = 7
+drives = 2000
+tick_seconds = 0.02
+"""
+FEATURES = [n for n in RECORDS if n not in ("drive_id", "failed")]
+
+
+@pytest.fixture(scope="module")
+def policy_text() -> str:
+    """A predictor trained offline on another seed (the mount never saw these drives)."""
+    columns = DrivePopulation(drives=1000, seed=99).days(365)
+    label, usable = label_rows(columns["drive_id"], columns["day"],
+                               columns["failed"], 30)
+    return EventLearner(FEATURES, rounds=60).fit(columns, label, usable).policy_text()
+
+
+@pytest.fixture
+def disks(mount_root):
+    mount = Mount(mount_root, DISKS)
+    mount.start()
+    try:
+        yield mount
+    finally:
+        mount.kill(signal.SIGTERM)
+
+
+def test_a_predictor_is_scored_beside_the_rule_and_its_alerts_follow_its_mode(disks,
+                                                                           policy_text):
+    sub = disks.mountpoint / "sim.disks"
+    info = json.loads((sub / "info").read_text())
+    assert info["targets"]["failure"]["rule"] == "smart_failed"
+    model = sub / "models" / "p"
+    assert sh(f"mkdir {model} && echo start > {model}/control").returncode == 0
+    assert (model / "efficiency").read_text() == "unknown\n"  # nothing judged yet
+    (disks.root / "policy.txt").write_text(policy_text)
+    assert sh(f"cat {disks.root}/policy.txt > {model}/policy").returncode == 0
+    # failures come at about 0.09 a day among 2,000 drives: wait for a few to be judged
+    wait_for(lambda: (model / "efficiency").read_text() != "unknown\n", timeout=60,
+             what="an efficiency once three failures were judged")
+    assert float((model / "efficiency").read_text()) > 0
+    assert (model / "mode").read_text() == "learning\n"
+    alerts = (model / "alerts").read_text().splitlines()
+    assert all("source=rule" in line for line in alerts)  # learning: the model is shadowed
+    assert sh(f"echo prepare_dataset > {sub}/control").returncode == 0
+    wait_for(lambda: list((model / "feedback").glob("*.parquet")), what="feedback rows")
+    rows = ds.dataset(str(model / "feedback"), format="parquet").to_table().to_pylist()
+    assert {"p", "outcome", "error", "model_alert", "rule_alert"} <= set(rows[0])
+    for row in rows:
+        assert row["error"] == pytest.approx(row["outcome"] - row["p"])
+    assert any(row["outcome"] == 1 for row in rows)  # failures were judged
+
+
+def test_predictions_are_lines_checked_whole(disks):
+    sub = disks.mountpoint / "sim.disks"
+    model = sub / "models" / "w"
+    assert sh(f"mkdir {model} && echo start > {model}/control").returncode == 0
+    ok = sh(f"printf 'drive_id=5 target=failure p=0.9\\ndrive_id=6 target=failure p=0.1 "
+            f"ttl=10\\n' > {model}/recommend")
+    assert ok.returncode == 0, ok.stderr
+    for bad, reason in [("drive_id=5 target=failure p=1.5", "not a probability"),
+                        ("drive_id=5 target=nosuch p=0.5", "target must be one of failure"),
+                        ("drive_id=x target=failure p=0.5", "is not an integer"),
+                        ("target=failure p=0.5", "names its drive_id="),
+                        ("drive_id=5 target=failure p=0.5 colour=red", "unknown field"),
+                        ("read_ahead_kb=128", "target must be one of")]:
+        assert write_errno(model / "recommend", bad + "\n") == 22, bad
+        assert reason in (model / "errors").read_text().splitlines()[-1], bad
+
+
+def test_a_regression_policy_is_refused_for_a_predictor(disks, mount_root):
+    import lightgbm as lgb
+
+    sub = disks.mountpoint / "sim.disks"
+    model = sub / "models" / "r"
+    assert sh(f"mkdir {model}").returncode == 0
+    x = np.random.default_rng(0).random((200, 2))
+    text = lgb.train({"objective": "regression", "verbose": -1, "min_data_in_leaf": 5},
+                     lgb.Dataset(x, label=x[:, 0], feature_name=["smart_5_raw", "age_days"]),
+                     num_boost_round=2).model_to_string()
+    (mount_root / "reg.txt").write_text(text)
+    assert sh(f"cat {mount_root}/reg.txt > {model}/policy").returncode != 0
+    assert "needs LightGBM's binary objective" in (model / "errors").read_text()
