@@ -621,6 +621,14 @@ class _Worker:
         return out
 
 
+def _has_targets(mountpoint: str, subsystem: str) -> bool:
+    try:
+        return bool(json.loads(client.read_attr(Path(mountpoint) / subsystem / "info"))
+                    .get("targets"))
+    except (OSError, ValueError):
+        return False  # not there yet: the knob worker waits for it as it always did
+
+
 def run_worker(
     mountpoint: str,
     subsystem: str,
@@ -651,6 +659,11 @@ def run_worker(
     """
     if not NAME.fullmatch(model):
         raise ValueError(f"model name {model!r} is not [a-z0-9][a-z0-9._-]{{0,63}}")
+    if _has_targets(mountpoint, subsystem):  # a predictor, not a knob model
+        from .predictor_worker import run_predictor
+
+        return run_predictor(mountpoint, subsystem, model, stop=stop, max_seconds=max_seconds,
+                             log=log, seed=seed)
     worker = _Worker(mountpoint, subsystem, model, stop or threading.Event(), log,
                      prepare_seconds, seed, learning_ttl, relative, initial_policy, features)
     stats = worker.run(max_seconds)

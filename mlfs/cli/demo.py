@@ -11,6 +11,7 @@ EXAMPLES = """examples:
   mlfs demo
   mlfs demo --seconds 60 --seed 3
   mlfs demo --keep /tmp/mlfs-demo-run && mlfs report /tmp/mlfs-demo-run sim.readahead
+  mlfs demo --predict                     # a drive-failure predictor against SMART
   mlfs demo --fleet 3
   mlfs demo --fleet 2 --host-ticks 1000 --ticks 1000"""
 
@@ -23,6 +24,13 @@ FLEET_DEFAULTS = {"host_ticks": 2000, "ticks": 2000, "tick": 0.05}
 def cmd_demo(args: argparse.Namespace) -> int:
     fleet_only = [f"--{name.replace('_', '-')}" for name in FLEET_DEFAULTS
                   if getattr(args, name) is not None]
+    if args.predict:
+        if args.fleet is not None or fleet_only:
+            print("mlfs demo: --predict and --fleet are two demos: give one", file=sys.stderr)
+            return 2
+        from ..predict_demo import run_predict_demo
+
+        return run_predict_demo(seconds=args.seconds, seed=args.seed)
     if args.fleet is None:
         if fleet_only:
             print(f"mlfs demo: {', '.join(fleet_only)} needs --fleet N", file=sys.stderr)
@@ -60,6 +68,9 @@ def add_parser(sub) -> None:
                    help="keep the run's state directory as DIR (a new or empty directory) "
                         "for `mlfs report DIR sim.readahead`; with --fleet DIR holds every "
                         "host's state and the fleet store; default: delete everything")
+    p.add_argument("--predict", action="store_true",
+                   help="the predictor demo: a drive-failure model on sim.disks learns, is "
+                        "scored beside SMART's threshold trip and climbs to recommendation")
     p.add_argument("--fleet", metavar="N",
                    help="the fleet demo: N hosts (2 to 16) learn alone and push to a local "
                         "store, one `mlfs fleet train` round, then a newcomer starting from "

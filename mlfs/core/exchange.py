@@ -105,7 +105,7 @@ class SubsystemRuntime:
         self.records: RecordStore | None = None
         if subsystem.records:
             self.records = RecordStore(self.directory / "records", subsystem.records,
-                                       exchange.config.store.dataset(), self.watch, "records")
+                                       exchange.config.store.records(), self.watch, "records")
         self.records_lost = 0
         self.records_refused = 0
         #: `report` events sent, by kind (a backend keeping reports: `publishes_reports`)

@@ -111,3 +111,19 @@ def test_a_regression_policy_is_refused_for_a_predictor(disks, mount_root):
     (mount_root / "reg.txt").write_text(text)
     assert sh(f"cat {mount_root}/reg.txt > {model}/policy").returncode != 0
     assert "needs LightGBM's binary objective" in (model / "errors").read_text()
+
+
+def test_mlfs_train_learns_a_predictor_and_uploads_a_calibrated_policy(disks):
+    import subprocess
+    import sys
+
+    sub = disks.mountpoint / "sim.disks"
+    done = subprocess.run([sys.executable, "-m", "mlfs", "train", str(disks.mountpoint),
+                           "sim.disks", "--model", "learned", "--max-seconds", "25"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "policy uploaded" in done.stderr
+    model = sub / "models" / "learned"
+    policy = (model / "policy").read_text()
+    assert "objective=binary" in policy
+    assert (model / "state").read_text() == "running\n"

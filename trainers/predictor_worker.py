@@ -1,0 +1,125 @@
+"""`mlfs train MOUNTPOINT SUBSYSTEM` for a subsystem with targets: the predictor trainer.
+
+An ordinary user of the mount, like the knob trainer: it creates and starts its model
+(`mkdir models/<m>`, `echo start > control`), seals and reads the record dataset, labels
+each row with what happened afterwards (its entity's event within the target's horizon,
+the rule `mlfs.core.outcomes` counts by), fits a calibrated `EventLearner`, and uploads
+it as the model's policy, whose output the proxy reads as a probability.  It refits as
+rows arrive (every `refit_seconds`), which also keeps the proxy from calling it silent.
+
+Class imbalance is handled by down-sampling negatives to about `NEGATIVES_PER_POSITIVE`
+per positive, corrected inside the policy (trainers/predictor.py), never by weights.
+Rows too recent to know their outcome (within the horizon of the newest tick, with no
+event yet) are left out of the fit.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from mlfs import client
+
+from .predictor import EventLearner, label_rows
+
+#: negatives kept per positive row (the rest are down-sampled; see trainers/predictor.py)
+NEGATIVES_PER_POSITIVE = 50
+#: positive rows before a first fit
+MIN_POSITIVES = 20
+#: the newest rows read for a fit at most
+MAX_ROWS = 3_000_000
+NUMERIC = {"int64", "uint64", "int32", "uint32", "uint16", "uint8", "float64", "bool"}
+
+
+def _read_records(directory: Path, columns: list[str]) -> pa.Table | None:
+    names = client.list_portions(directory)
+    tables: list[pa.Table] = []
+    rows = 0
+    for name in reversed(names):  # newest first, up to MAX_ROWS
+        try:
+            table = client.read_portion(directory / name, columns)
+        except FileNotFoundError:
+            continue  # removed by retention meanwhile
+        tables.append(table)
+        rows += table.num_rows
+        if rows >= MAX_ROWS:
+            break
+    if not tables:
+        return None
+    return pa.concat_tables(list(reversed(tables)))
+
+
+def run_predictor(mountpoint: str, subsystem: str, model: str = "lgbm", *,
+                  stop: threading.Event | None = None, max_seconds: float | None = None,
+                  log: logging.Logger = logging.getLogger("mlfs.train"),  # noqa: B008
+                  seed: int = 0, refit_seconds: float = 10.0) -> dict[str, Any]:
+    """Train predictor `model` on MOUNTPOINT/SUBSYSTEM until `stop` or `max_seconds`."""
+    stop = stop or threading.Event()
+    sub = Path(mountpoint) / subsystem
+    info = json.loads(client.read_attr(sub / "info"))
+    target_name, target = next(iter(info["targets"].items()))
+    records = info["records"]
+    features = [n for n, kind in records.items()
+                if kind in NUMERIC and n not in (target["key"], target["event"])]
+    mdir = sub / "models" / model
+    if not mdir.exists():
+        mdir.mkdir()
+    client.write_line(mdir / "control", "start")
+    started = time.monotonic()
+    stats: dict[str, Any] = {"fits": 0, "policies": 0, "rows": 0, "positives": 0,
+                             "target": target_name}
+    next_fit = started
+    while not stop.is_set():
+        now = time.monotonic()
+        if max_seconds is not None and now - started >= max_seconds:
+            break
+        if now >= next_fit:
+            next_fit = now + refit_seconds
+            try:
+                _fit_and_upload(sub, mdir, target, features, seed + stats["fits"], stats, log)
+            except OSError as exc:
+                log.warning("predictor trainer: %s (retrying)", exc)
+        stop.wait(min(0.5, max(0.0, next_fit - time.monotonic())))
+    stats["efficiency"] = client.read_attr_or(mdir / "efficiency", "unknown")
+    stats["mode"] = client.read_attr_or(mdir / "mode", "?")
+    log.info("predictor trainer done: %d fits, %d policies, efficiency %s, mode %s",
+             stats["fits"], stats["policies"], stats["efficiency"], stats["mode"])
+    return stats
+
+
+def _fit_and_upload(sub: Path, mdir: Path, target: dict, features: list[str], seed: int,
+                    stats: dict, log: logging.Logger) -> None:
+    client.write_line(sub / "control", "prepare_dataset")
+    columns = [target["key"], "tick", target["event"], *features]
+    table = _read_records(sub / "records", sorted(set(columns), key=columns.index))
+    if table is None:
+        return
+    cols = {name: table.column(name).to_numpy(zero_copy_only=False) for name in table.column_names}
+    ticks = cols["tick"].astype(np.int64)
+    label, usable = label_rows(cols[target["key"]], ticks, cols[target["event"]],
+                               int(target["horizon_ticks"]))
+    known = label | (ticks <= ticks.max() - int(target["horizon_ticks"]))
+    usable &= known
+    positives = int((label & usable).sum())
+    stats["rows"], stats["positives"] = int(usable.sum()), positives
+    if positives < MIN_POSITIVES:
+        log.info("predictor trainer: %d positive rows of %d, waiting for %d", positives,
+                 int(usable.sum()), MIN_POSITIVES)
+        return
+    negatives = int(usable.sum()) - positives
+    rate = min(1.0, NEGATIVES_PER_POSITIVE * positives / max(1, negatives))
+    learner = EventLearner(features, negative_rate=rate, rounds=100, seed=seed)
+    learner.fit(cols, label, usable)
+    stats["fits"] += 1
+    with open(mdir / "policy", "w") as fh:
+        fh.write(learner.policy_text())
+    stats["policies"] += 1
+    log.info("predictor trainer: fit %d on %d rows (%d positive, negatives kept at %.3g), "
+             "policy uploaded", stats["fits"], int(usable.sum()), positives, rate)
