@@ -267,9 +267,14 @@ class LinuxKmsg(Subsystem):
 
     def _report(self, kind, title, lines, now, events) -> None:
         report, status = self.reports.seen(kind, title, lines, now)
-        if report is not None and status in ("new", "repeat"):
-            events.append({"report": report.id, "kind": kind, "title": title,
-                           "status": status, "count": report.count})
+        if report is not None and status in ("new", "duplicate", "repeat"):
+            similarity, nearest = self.reports.last_similarity
+            event = {"report": report.id, "kind": kind, "title": title, "status": status,
+                     "count": report.count}
+            if status in ("new", "duplicate"):  # what the learned similarity decided
+                event["similarity"] = round(similarity, 3)
+                event["nearest"] = nearest
+            events.append(event)
 
     def report_files(self) -> dict[str, str]:
         return {rid: report.text() for rid, report in self.reports.by_id.items()}

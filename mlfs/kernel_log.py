@@ -145,15 +145,28 @@ _RIP = re.compile(r"^(?:RIP|pc|PC is at|IP): (?:[0-9a-f]{4}:)?\s*(?:\[<[0-9a-f]+
                   r"(?P<func>[\w.]+)\+0x")
 _FRAME = re.compile(r"^\s*(?:\[<[0-9a-f]+>\] )?(?:\? )?(?P<func>[\w.]+)\+0x[0-9a-f]+/0x")
 _END = re.compile(r"^---\[ end (?:trace|Kernel panic)")
-#: frames that say how a task waits, not where: skipped when naming a hang (as syzbot does)
+#: frames that say how a task waits or how the report was made, not where the bug is:
+#: skipped when naming a report (syzbot keeps a longer list of the same kind)
 _WAIT_FRAMES = re.compile(r"^(?:__)?(?:schedule\w*|io_schedule\w*|wait_for_\w+|"
                           r"\w*_wait\w*|mutex_lock\w*|down\w*|rwsem_\w+|__switch_to\w*|"
                           r"context_switch|bit_wait\w*|out_of_line_wait_on_bit\w*|"
                           r"rt_mutex\w*|percpu_\w+|__mutex_lock\w*|kthread|ret_from_fork\w*|"
                           r"worker_thread|process_one_work|dump_stack\w*|show_stack|"
-                          r"__warn|warn_slowpath\w*|report_bug|handle_bug|exc_invalid_op|"
+                          r"__warn\w*|warn_slowpath\w*|report_bug|handle_bug|exc_invalid_op|"
                           r"asm_exc_\w+|panic|__x64_sys_\w+|do_syscall_64|"
-                          r"entry_SYSCALL_64\w*)$")
+                          r"entry_SYSCALL_64\w*|might_sleep|__might_sleep|___might_sleep|"
+                          r"__might_fault|sched_show_task|print_other_cpu_stall|"
+                          r"print_cpu_stall|check_cpu_stall\w*|rcu_\w+|update_process_times|"
+                          r"tick_\w+|__hrtimer_run_queues|hrtimer_interrupt|"
+                          r"\w*apic_timer_interrupt\w*|\w*sysvec_\w+|irq_exit\w*|"
+                          r"__sanitizer_cov_\w+|check_memory_region\w*|kasan_\w+|__asan_\w+|"
+                          r"__kasan_\w+|kmsan_\w+|__msan_\w+|print_address_description\w*|"
+                          r"print_report|lockdep_\w+|lock_acquire|lock_release|"
+                          r"_raw_spin_\w+|queued_spin_lock_slowpath|native_queued_\w+|"
+                          r"arch_stack_walk|stack_trace_save\w*|save_stack\w*|"
+                          r"watchdog_timer_fn|unwind_backtrace)(?:\.\w+)*$")
+#: KASAN's second line says what the access was: "Read of size 8 at addr ..."
+_ACCESS = re.compile(r"^(?P<rw>Read|Write) of size \d+")
 
 
 @dataclass(frozen=True)
@@ -285,23 +298,41 @@ def classify(message: str) -> Classified:
 
 def complete_title(title: str, kind: str, lines: list[str]) -> str:
     """A block's title with its function, from the RIP line or the first telling frame."""
+    if title.startswith(("KASAN:", "KMSAN:", "KCSAN:")):
+        for line in lines[1:4]:  # "Read of size 8 at addr ...": syzbot's "... Read in f"
+            m = _ACCESS.match(line.strip())
+            if m:
+                what, sep, func = title.partition(" in ")
+                return f"{what} {m.group('rw')}{sep}{func}"
+        return title
     if " in " in title and kind in ("warning", "bug") and not title.startswith("kernel BUG"):
-        return title  # the header named it already (WARNING in f, KASAN: ... in f)
+        func = title.rsplit(" in ", 1)[1]
+        if not _WAIT_FRAMES.match(func):
+            return title  # the header named it (WARNING in f): unless f only reports
+        title = title.rsplit(" in ", 1)[0]
     func = None
-    if kind in ("oops", "bug", "soft_lockup"):
+    if kind in ("oops", "bug", "soft_lockup", "rcu_stall"):
         for line in lines:
             m = _RIP.match(line.strip())
-            if m:
-                func = m.group("func")
-                break
-    if func is None:
-        for line in lines:
-            m = _FRAME.match(line)
             if m and not _WAIT_FRAMES.match(m.group("func")):
                 func = m.group("func")
                 break
     if func is None:
+        after_irq = kind in ("rcu_stall", "soft_lockup") and any(
+            line.strip() == "</IRQ>" for line in lines)
+        seen_irq_end = not after_irq
+        for line in lines:
+            if line.strip() == "</IRQ>":
+                seen_irq_end = True
+                continue
+            m = _FRAME.match(line)
+            if seen_irq_end and m and not _WAIT_FRAMES.match(m.group("func")):
+                func = m.group("func")
+                break
+    if func is None:
         return title
+    func = func.split(".")[0] if re.search(r"\.(?:isra|constprop|part|cold)\b", func) \
+        else func
     if title.startswith("kernel BUG at"):
         return f"kernel BUG in {func}"
     return f"{title} in {func}"
@@ -391,6 +422,62 @@ def private_masked(text: str) -> str:
     return _COMM_IN.sub(lambda m: m.group(1) + "COMM", text)
 
 
+# ---- similarity: the same bug under titles that differ only in noise -----------------------
+
+#: cosine similarity at or above which a new signature joins a known report of its kind
+DUPLICATE_SIMILARITY = 0.6
+#: lines of a report's block that go into its text for similarity
+SIMILARITY_LINES = 40
+_CONSOLE_PREFIX = re.compile(r"^\[\s*\d+\.\d+\]\s*(?:\[\s*[CT]\d+\]\s*)?")
+
+
+def similarity_text(title: str, lines: list[str]) -> str:
+    """What two reports are compared on: the title and the functions of the first block,
+    masked (addresses, numbers, offsets, device minors) and without console prefixes."""
+    words = [title]
+    for line in lines[:SIMILARITY_LINES]:
+        line = _CONSOLE_PREFIX.sub("", line)
+        frame = _FRAME.match(line) or _RIP.match(line.strip())
+        if frame:
+            words.append(frame.group("func"))
+    return mask(" ".join(words))
+
+
+class Similarity:
+    """TF-IDF (scikit-learn) over report texts: which known report a new one repeats.
+
+    The vocabulary and its inverse document frequencies are learned from the reports
+    kept so far (refit when a report is added: at most `MAX_REPORTS` texts), so words
+    every report has (`Call`, `Trace`) weigh little and the functions that tell bugs
+    apart weigh much.  Word tokens are identifiers (a function's name is one token).
+    """
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+        self.ids: list[str] = []
+
+    def add(self, rid: str, text: str) -> None:
+        self.texts.append(text)
+        self.ids.append(rid)
+
+    def nearest(self, text: str) -> tuple[str | None, float]:
+        """(id of the most similar known report, cosine similarity); (None, 0.0) if none.
+
+        Fitted on the known texts and the new one together, so a word only the new one
+        has counts (a vocabulary without it would see just the words they share).
+        """
+        if not self.texts:
+            return None, 0.0
+        from sklearn.feature_extraction.text import TfidfVectorizer
+
+        vectorizer = TfidfVectorizer(token_pattern=r"[A-Za-z_][A-Za-z0-9_.]+",
+                                     lowercase=False, sublinear_tf=True)
+        matrix = vectorizer.fit_transform([*self.texts, text])
+        scores = (matrix[:-1] @ matrix[-1].T).toarray().ravel()
+        best = int(scores.argmax())
+        return self.ids[best], float(scores[best])
+
+
 # ---- reports: one per signature -------------------------------------------------------
 
 #: distinct reports kept per host; beyond it new signatures are only counted
@@ -444,21 +531,40 @@ class Reports:
         self.host = host
         self.by_id: dict[str, Report] = {}
         self.overflow = 0
+        self.similar: dict[str, Similarity] = {}  # per kind
+        #: signature id -> the report it was found to repeat (learned similarity)
+        self.aliases: dict[str, str] = {}
+        #: the last new-or-duplicate decision: (similarity, the report it is nearest to)
+        self.last_similarity: tuple[float, str | None] = (0.0, None)
 
     def seen(self, kind: str, title: str, block: list[str], when: float
              ) -> tuple[Report | None, str]:
-        """Count one occurrence; returns (report, "new" | "repeat" | "quiet" | "dropped")."""
+        """Count one occurrence; returns (report, status): "new", "duplicate" (a new
+        signature the learned similarity puts in a known report), "repeat"
+        (rate-limited), "quiet" or "dropped" (over `MAX_REPORTS`)."""
         if kind not in REPORTED_KINDS:
             return None, "quiet"
         rid = signature_id(kind, title)
+        rid = self.aliases.get(rid, rid)
         report = self.by_id.get(rid)
         if report is None:
-            if len(self.by_id) >= MAX_REPORTS:
+            if len(self.by_id) >= MAX_REPORTS:  # full: counted, not even compared
                 self.overflow += 1
                 return None, "dropped"
+            similar = self.similar.setdefault(kind, Similarity())
+            text = similarity_text(title, block)
+            nearest, score = similar.nearest(text)
+            self.last_similarity = (score, nearest)
+            if nearest is not None and score >= DUPLICATE_SIMILARITY:
+                self.aliases[rid] = nearest
+                report = self.by_id[nearest]
+                report.count += 1
+                report.last_seen = when
+                return report, "duplicate"
             report = Report(rid, kind, title, 0, when, when, self.release, self.host,
                             list(block[:MAX_BLOCK_LINES]), announced=when)
             self.by_id[rid] = report
+            similar.add(rid, text)
             report.count = 1
             return report, "new"
         report.count += 1
@@ -488,3 +594,5 @@ class Reports:
             if report.kind in REPORTED_KINDS and report.id == signature_id(report.kind,
                                                                          report.title):
                 self.by_id[report.id] = report
+                self.similar.setdefault(report.kind, Similarity()).add(
+                    report.id, similarity_text(report.title, report.block))

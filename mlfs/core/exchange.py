@@ -378,10 +378,14 @@ class SubsystemRuntime:
                 continue
             kind = str(item.get("kind", "other"))[:32]
             self.reports_by_kind[kind] += 1
+            extra = {}
+            if isinstance(item.get("similarity"), float):
+                extra = {"similarity": item["similarity"],
+                         "nearest": str(item.get("nearest"))[:80]}
             self.exchange.bus.publish(self.name, "report", report=str(item.get("report"))[:80],
                                       kind=kind, title=str(item.get("title", ""))[:300],
                                       status=str(item.get("status", "new"))[:16],
-                                      count=int(item.get("count") or 0))
+                                      count=int(item.get("count") or 0), **extra)
 
     def _set_critical(self, critical: str | None) -> None:
         if critical != self.critical:

@@ -14,6 +14,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
+from mlfs.client import EventStream
 from tests.harness import Mount, mlfs_command, sh, wait_for
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "kmsg"
@@ -162,11 +163,15 @@ def test_an_overrun_ring_becomes_a_lost_row_with_its_count(kmsg_mount):
 
 
 def test_mlfs_reports_lists_a_mounts_reports(kmsg_mount):
-    for line in (DATA / "warning.block").read_text().splitlines()[1:]:
-        inject(line)
-    inject("random: after the warning")
     sub = kmsg_mount.mountpoint / "linux.kmsg"
-    wait_for(lambda: any((sub / "reports").iterdir()), what="a report")
+    with EventStream(sub / "events") as events:
+        for line in (DATA / "warning.block").read_text().splitlines()[1:]:
+            inject(line)
+        inject("random: after the warning")
+        event = events.wait_for(lambda e: e["event"] == "report", timeout=20)
+    assert event is not None, "no report event"
+    assert event["status"] == "new" and event["kind"] == "warning"
+    assert "similarity" in event  # novel: the learned similarity's best match said so
     done = subprocess.run(mlfs_command("reports", str(kmsg_mount.mountpoint), "--json"),
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from mlfs.kernel_log import (
+    DUPLICATE_SIMILARITY,
     MAX_REPORTS,
     Blocks,
     Reports,
@@ -67,6 +68,23 @@ def test_reports_are_bounded_and_repeats_rate_limited():
         reports.seen("segfault", f"segfault in cmd{i}", [], 1.0)
     assert len(reports.by_id) == MAX_REPORTS and reports.overflow == 11
     assert reports.seen("other", "random: crng init done", [], 1.0) == (None, "quiet")
+
+
+def test_a_title_that_differs_only_in_noise_joins_the_known_report():
+    trace = ["Call Trace:", " ext4_writepages+0x1/0x2", " do_writepages+0x3/0x4",
+             " __writeback_single_inode+0x5/0x6", " writeback_sb_inodes+0x7/0x8"]
+    reports = Reports("6.1.0", "host")
+    first, status = reports.seen("warning", "WARNING in ext4_writepages",
+                                 ["WARNING: ..."] + trace, 1.0)
+    assert status == "new"
+    again, status = reports.seen("warning", "WARNING in ext4_writepages.cold",
+                                 ["WARNING: ..."] + trace, 2.0)
+    assert status == "duplicate" and again is first and first.count == 2
+    assert reports.last_similarity[0] >= DUPLICATE_SIMILARITY
+    other, status = reports.seen("warning", "WARNING in tcp_sendmsg",
+                                 ["WARNING: ...", "Call Trace:", " tcp_sendmsg+0x1/0x2",
+                                  " sock_sendmsg+0x3/0x4"], 3.0)
+    assert status == "new" and other is not first
 
 
 def test_what_ships_beyond_the_host_masks_users():
