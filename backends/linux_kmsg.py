@@ -336,6 +336,11 @@ defaults_from(SETTINGS, LinuxKmsg.__init__)
 def check(settings: dict) -> tuple[dict, list[str]]:
     """The checked constructor arguments and the one subsystem name; SettingError."""
     kwargs = check_settings(settings, SETTINGS)
+    path = kwargs.get("path", DEFAULT_PATH)
+    if not os.access(path, os.R_OK):  # before any daemon starts: one line, exit 2
+        reason = "does not exist" if not os.path.exists(path) else "is not readable by this user"
+        raise SettingError("path", f"{path} {reason} (the kernel log is root's: "
+                           "dmesg_restrict)")
     return kwargs, [kwargs.get("name", "linux.kmsg")]
 
 

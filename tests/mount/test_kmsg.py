@@ -220,3 +220,15 @@ def test_two_hosts_push_and_fleet_reports_merges_one_signature_over_both(mount_r
     finally:
         for host in hosts:
             host.kill(signal.SIGTERM)
+
+
+def test_a_kernel_log_that_cannot_be_read_is_one_line_and_exit_2(mount_root):
+    config = mount_root / "bad.toml"
+    config.write_text('[[subsystem]]\nbackend = "linux.kmsg"\npath = "/nonexistent/kmsg"\n')
+    (mount_root / "mnt").mkdir()
+    done = subprocess.run(mlfs_command("mount", str(mount_root / "mnt"), "--config",
+                                       str(config), "--state-dir", str(mount_root / "state")),
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "/nonexistent/kmsg does not exist" in done.stderr
+    assert not os.path.ismount(mount_root / "mnt")
