@@ -15,6 +15,7 @@ import logging
 import math
 import os
 import shutil
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -62,6 +63,11 @@ EMERGENCY_PIN_FILE = "emergency_pinned"
 ROOT_COMMANDS = "load, unload, emergency, auto"
 #: how long unload waits for a blocking step in flight (seconds, or two ticks)
 UNLOAD_STEP_WAIT = 10.0
+#: seconds a load's backend check and constructor may take before the writer gets
+#: ETIMEDOUT (the kill switch on the same file must answer within LOAD_SECONDS + 1)
+LOAD_SECONDS = 2.0
+#: abandoned loads still stuck in their backends before further loads get EAGAIN
+MAX_ABANDONED_BUILDS = 8
 #: `report` events one tick may send (a backend announcing more is cut here)
 MAX_REPORT_EVENTS = 32
 #: where a subsystem came from: the configuration file or a run-time `load`
@@ -474,6 +480,11 @@ class Exchange:
         #: one load/unload at a time; apart from `_control_lock`, so a backend's
         #: slow (or hung) constructor never delays the emergency switch
         self._load_lock = trio.Lock()
+        #: loads whose backend did not answer within LOAD_SECONDS: still stuck, and ever
+        self.builds_running = 0
+        self.builds_abandoned = 0
+        #: loads waiting for their backend right now (each for at most LOAD_SECONDS)
+        self.loads_waiting = 0
         if self.emergency_pinned:
             log.warning("the operator's emergency pin holds (%s): every model stays in "
                         "emergency until `echo auto > MOUNT/control`", EMERGENCY_PIN_FILE)
@@ -665,12 +676,15 @@ class Exchange:
         backends = self.backends
         if backends is None or self._nursery is None:
             raise Refused(errno.EAGAIN, "run-time loading is not available on this mount")
+        if self.builds_running >= MAX_ABANDONED_BUILDS:
+            raise Refused(errno.EAGAIN, f"{self.builds_running} abandoned loads are still "
+                          "stuck in their backends; no more until they end")
         backend = entry["backend"]
         try:
-            if await trio.to_thread.run_sync(backends.root_only, backend) and uid != 0:
+            if await self._bounded(backends.root_only, backend) and uid != 0:
                 raise Refused(errno.EPERM, f"backend {backend!r} writes the files its "
                               "settings name: only root may load it")
-            names = await trio.to_thread.run_sync(backends.check_entry, entry)
+            names = await self._bounded(backends.check_entry, entry)
         except backends.SettingError as exc:
             raise invalid(str(exc)) from None
         if len(names) != 1:
@@ -679,10 +693,12 @@ class Exchange:
         name = names[0]
         self._check_free(name)
         try:
-            built = await trio.to_thread.run_sync(backends.create_subsystems, [entry],
-                                                  self.state_dir)
+            built = await self._bounded(backends.create_subsystems, [entry], self.state_dir,
+                                        close=lambda subs: [s.close() for s in subs])
         except backends.SettingError as exc:
             raise invalid(str(exc)) from None
+        except Refused:
+            raise  # ETIMEDOUT from _bounded: said as it is
         except OSError as exc:
             raise Refused(exc.errno or errno.EIO,
                           f"{name}: not built: {exc.strerror or exc}") from None
@@ -711,6 +727,48 @@ class Exchange:
         log.warning("%s: loaded (backend %s, %s)", name, backend,
                     " ".join(f"{k}={v!r}" for k, v in entry.items() if k != "backend"))
         return runtime
+
+    async def _bounded(self, function, *args, close=None):
+        """`function(*args)` in a worker thread, answered within LOAD_SECONDS whatever it does.
+
+        A backend's check or constructor may block for good (a declared file that
+        never answers, /proc/kmsg): the kernel serialises writes to one file, so a load
+        stuck in MOUNT/control would also hold `echo emergency > MOUNT/control`.  Past
+        the deadline the writer gets ETIMEDOUT, nothing is served, and the thread is
+        abandoned and counted (`builds_running`); when it ends after all, `close`
+        undoes what it built (its knobs restored).
+        """
+        state = {"done": False, "abandoned": False, "result": None}
+        lock = threading.Lock()
+
+        def run():
+            result = function(*args)
+            with lock:
+                state["done"], state["result"] = True, result
+                if not state["abandoned"]:
+                    return result
+            self.builds_running -= 1  # it ended after all: undo what it built
+            if close is not None and result:
+                close(result)
+            return None
+
+        self.loads_waiting += 1
+        try:
+            with trio.move_on_after(LOAD_SECONDS) as scope:
+                return await trio.to_thread.run_sync(run, abandon_on_cancel=True)
+        finally:
+            self.loads_waiting -= 1
+        with lock:
+            state["abandoned"] = True
+            finished = state["done"]
+        if finished and close is not None and state["result"]:  # just in time: undo it
+            await trio.to_thread.run_sync(close, state["result"])
+        elif not finished:
+            self.builds_running += 1
+            self.builds_abandoned += 1
+        assert scope.cancelled_caught
+        raise Refused(errno.ETIMEDOUT, f"the backend did not answer within {LOAD_SECONDS:g} s "
+                      "(a declared file that blocks?); nothing was loaded")
 
     def _check_free(self, name: str) -> None:
         problem = subsystem_name_problem(name)

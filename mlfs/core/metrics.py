@@ -163,6 +163,14 @@ def render(exchange: Exchange) -> str:
     w.metric("mlfs_file_opens_refused_total", "counter",
              "Opens of other files of the mount refused by [mount] handles_per_uid or handles "
              "(EMFILE/ENFILE).", exchange.readers.refused_handles)
+    w.metric("mlfs_loads_abandoned_total", "counter",
+             "Run-time loads whose backend did not answer in time (ETIMEDOUT to the writer).",
+             exchange.builds_abandoned)
+    w.metric("mlfs_loads_waiting", "gauge",
+             "Run-time loads waiting for their backend now (each at most 2 s).",
+             exchange.loads_waiting)
+    w.metric("mlfs_loads_stuck", "gauge",
+             "Abandoned loads whose backend thread has not ended yet.", exchange.builds_running)
     w.metric("mlfs_mount_emergency_pinned", "gauge",
              "1 while the operator's mount-wide emergency pin (MOUNT/control) holds.",
              1 if exchange.emergency_pinned else 0)
