@@ -164,6 +164,11 @@ def remembered_subsystems(state_dir: Path, configured: set[str]
     built, problems = [], []
     orphaned = False
     for item in read_remembered(state_dir):
+        reserved = statedir.subsystem_name_problem(item.name)
+        if reserved:  # remembered by an mlfs that did not reserve it yet
+            problems.append(f"remembered load of {item.name!r} skipped: {reserved}")
+            log.error("%s", problems[-1])
+            continue
         if item.name in configured or any(s.name == item.name for s in built):
             problems.append(f"remembered load of {item.name!r} skipped: the configuration "
                             "serves that name")

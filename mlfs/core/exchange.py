@@ -47,7 +47,7 @@ from .predictor_proxy import PredictorProxy
 from .proxy import ERRORS_KEPT, OPERATOR_PIN, OPERATOR_RELEASE, Decision, ModelProxy
 from .readers import ReaderAccounts
 from .records import RecordStore, keep_records
-from .statedir import read_word, subsystem_dir, subsystem_name_problem
+from .statedir import EMERGENCY_PIN_FILE, read_word, subsystem_dir, subsystem_name_problem
 from .store import Portion, PortionStore, StoreWatch, errno_name
 from .text import decode_text, escape_input, one_word, parse_float
 
@@ -59,7 +59,6 @@ TICK_RESERVE = 1000
 _NEW_PREFIX = ".new-"
 MODEL_SETTINGS = "model.json"
 #: in the state directory while the operator's mount-wide emergency pin holds
-EMERGENCY_PIN_FILE = "emergency_pinned"
 ROOT_COMMANDS = "load, unload, emergency, auto"
 #: how long unload waits for a blocking step in flight (seconds, or two ticks)
 UNLOAD_STEP_WAIT = 10.0

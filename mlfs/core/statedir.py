@@ -39,12 +39,21 @@ LOADED_FILE = "loaded.json"
 #: the layout this mlfs writes
 FORMAT_VERSION = 3
 
-#: names a subsystem cannot take: the mount root's own files (docs/ABI.md, the root) and the
-#: state directory's own entries, which a subsystem directory would clash with
-RESERVED = frozenset({
-    "version", "events", "metrics", "control", "errors", "backends", "host",
-    "ledger", "fleet", FORMAT_FILE, LOADED_FILE, "mlfs.log", "mlfs.pid",
-})
+#: the operator's mount-wide emergency pin (MOUNT/control `emergency`), kept across mounts
+EMERGENCY_PIN_FILE = "emergency_pinned"
+#: every entry the state directory holds beside the subsystems' directories, by its owner:
+#: this module (format, loaded.json, the pid file, the emergency pin), the daemon's log,
+#: mlfs.core.hostid (host), the real-knob backends' ledger, the fleet cursors
+#: (mlfs.core.shipped), and backends' own state (backends/, e.g. the kernel log's cursor)
+STATE_ENTRIES = frozenset({FORMAT_FILE, LOADED_FILE, "mlfs.pid", "mlfs.log",
+                           EMERGENCY_PIN_FILE, "host", "ledger", "fleet", "backends"})
+#: the files of the mount's root (docs/ABI.md, the root), which a subsystem would shadow
+MOUNT_ROOT_FILES = frozenset({"version", "events", "metrics", "control", "errors",
+                              "backends", "host"})
+#: names a subsystem cannot take: either table above
+RESERVED = STATE_ENTRIES | MOUNT_ROOT_FILES
+#: ...nor names ending so: what is set aside (`durable.set_aside`) or half written
+RESERVED_SUFFIXES = (".damaged", ".tmp")
 
 
 class FormatError(Exception):
@@ -57,6 +66,9 @@ def subsystem_name_problem(name: object) -> str | None:
         return f"{name!r} is not a subsystem name ({NAME_RULE})"
     if name in RESERVED:
         return f"{name!r} is reserved ({', '.join(sorted(RESERVED))})"
+    if name.endswith(RESERVED_SUFFIXES):
+        return (f"{name!r} is reserved (names ending in {' or '.join(RESERVED_SUFFIXES)} are "
+                "the state directory's set-aside and temporary files)")
     return None
 
 

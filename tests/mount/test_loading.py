@@ -385,3 +385,28 @@ def test_a_load_stuck_in_its_backend_times_out_and_the_kill_switch_still_answers
     metrics = (mount.mountpoint / "metrics").read_text()
     assert "mlfs_loads_abandoned_total 1" in metrics
     assert control(mount, "auto") == 0
+
+
+@pytest.mark.parametrize("name", ["emergency_pinned", "quarantine.damaged", "sim.tmp",
+                                  "ledger", "host"])
+def test_a_name_the_state_directory_or_the_root_uses_is_refused_everywhere(mount, name):
+    errors = mount.mountpoint / "errors"
+    assert control(mount, f"load sim.readahead name={name}") == errno.EINVAL
+    assert "is reserved" in errors.read_text().splitlines()[-1]
+    assert name in ("ledger", "host") or not (mount.state_dir / name).exists()
+    assert sh(f"mkdir {mount.mountpoint / name}").returncode != 0
+    # the emergency pin still works and is released (the name did not take its file)
+    assert control(mount, "emergency") == 0 and control(mount, "auto") == 0
+
+
+def test_the_reserved_table_names_every_owners_entry():
+    from mlfs.backends.linux_ledger import LEDGER_DIR
+
+    from mlfs.core import statedir
+    from mlfs.core.hostid import HOST_FILE
+    from mlfs.core.shipped import FLEET_DIR
+
+    owners = {statedir.FORMAT_FILE, statedir.LOADED_FILE, statedir.PID_FILE,
+              statedir.EMERGENCY_PIN_FILE, HOST_FILE, FLEET_DIR, LEDGER_DIR}
+    assert owners <= statedir.STATE_ENTRIES <= statedir.RESERVED
+    assert statedir.subsystem_name_problem("loaded.json.damaged") is not None
