@@ -164,6 +164,21 @@ def root_only(backend: str) -> bool:
     return bool(getattr(_module(backend), "ROOT_ONLY", False))
 
 
+#: settings keys that let a subsystem write kernel settings (every built-in backend's)
+KERNEL_WRITE_KEYS = ("apply", "knobs")
+
+
+def writes_kernel(entry: Mapping) -> bool:
+    """Whether a `[[subsystem]]` table lets its subsystem write kernel settings: an
+    `apply` table (linux.vm, linux.block) or declared knobs (linux.sysfs), or whatever
+    the backend's own `writes_kernel(settings)` says.  Such a run-time load is root's."""
+    module = _module(entry["backend"])
+    own = getattr(module, "writes_kernel", None)
+    if callable(own):
+        return bool(own({k: v for k, v in entry.items() if k != "backend"}))
+    return any(entry.get(key) for key in KERNEL_WRITE_KEYS)
+
+
 def entry_for_name(name: str) -> dict | None:
     """The `[[subsystem]]` table a `mkdir MOUNT/<name>` loads, or None.
 
@@ -230,4 +245,5 @@ def create_subsystems(entries: tuple[dict, ...] | list[dict],
 
 __all__ = ["BackendImportError", "Knob", "Objective", "Registered", "Sample", "SettingError",
            "Subsystem", "check_entry", "create_subsystems", "describe_backends",
-           "entry_for_name", "listing_text", "registered", "restore_orphans", "root_only"]
+           "entry_for_name", "listing_text", "registered", "restore_orphans", "root_only",
+           "writes_kernel"]

@@ -106,6 +106,8 @@ class MountConfig:
     metrics_address: str = "127.0.0.1"
     # models of all subsystems together; mkdir beyond it gets ENOSPC
     max_models: int = 4096
+    # subsystems served at once, configured ones counted; a load beyond it gets ENOSPC
+    max_subsystems: int = 64
     # this mount's fleet host id (docs/fleet.md); "" = minted once, kept in the state dir
     host_id: str = ""
 
@@ -152,6 +154,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "mount.max_tasks": (8, 65536),
     "mount.metrics_port": (0, 65535),
     "mount.max_models": (1, 100_000),
+    "mount.max_subsystems": (1, 4096),
     "store.seal_rows": (1, 10_000_000),
     # a portion at most every 0.1 s per store; at least one a year
     "store.seal_seconds": (0.1, 31_536_000),

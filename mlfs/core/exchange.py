@@ -475,6 +475,8 @@ class Exchange:
         #: the operator's mount-wide emergency pin (`echo emergency > MOUNT/control`);
         #: read before any model exists, so every model starts under it
         self.emergency_pinned = (self.state_dir / EMERGENCY_PIN_FILE).exists()
+        #: who pulled the pin (a pin kept from before a restart counts as root's)
+        self.emergency_pinned_by = 0
         self._control_lock = trio.Lock()
         #: one load/unload at a time; apart from `_control_lock`, so a backend's
         #: slow (or hung) constructor never delays the emergency switch
@@ -647,9 +649,9 @@ class Exchange:
                 raise invalid(f"unknown command {shown[:64]!r} ({ROOT_COMMANDS})")
             async with self._control_lock:
                 if words[0] == "emergency":
-                    await self.pin_emergency()
+                    await self.pin_emergency(uid)
                 else:
-                    await self.release_emergency()
+                    await self.release_emergency(uid)
         except Refused as exc:
             self.refuse_root("control", exc, escape_input(data))
             raise
@@ -683,6 +685,9 @@ class Exchange:
             if await self._bounded(backends.root_only, backend) and uid != 0:
                 raise Refused(errno.EPERM, f"backend {backend!r} writes the files its "
                               "settings name: only root may load it")
+            if uid != 0 and backends.writes_kernel(entry):
+                raise Refused(errno.EPERM, "these settings let the subsystem write kernel "
+                              "settings (apply, knobs): only root may load them")
             names = await self._bounded(backends.check_entry, entry)
         except backends.SettingError as exc:
             raise invalid(str(exc)) from None
@@ -776,6 +781,10 @@ class Exchange:
         if name in self.runtimes:
             raise Refused(errno.EEXIST, f"subsystem {name!r} is served already "
                           f"({self.runtimes[name].source})")
+        limit = self.config.mount.max_subsystems
+        if len(self.runtimes) >= limit:
+            raise Refused(errno.ENOSPC, f"the mount serves {len(self.runtimes)} subsystems "
+                          f"(mount.max_subsystems = {limit})")
 
     def serve(self, subsystem: Subsystem, source: str) -> SubsystemRuntime:
         """A built subsystem joins the mount: its runtime, its tick loop, its event."""
@@ -892,7 +901,7 @@ class Exchange:
                 if store.waiting >= before:
                     break
 
-    async def pin_emergency(self) -> None:
+    async def pin_emergency(self, uid: int = 0) -> None:
         """Every model of every subsystem to emergency, now and until released.
 
         The models switch first, then the pin is recorded durably (in a worker
@@ -904,11 +913,12 @@ class Exchange:
         if self.emergency_pinned:
             return
         self.emergency_pinned = True
+        self.emergency_pinned_by = uid
         log.warning("every model pinned to emergency by the operator (MOUNT/control)")
         self.bus.publish(None, "emergency", model=None, pinned=True, why=OPERATOR_PIN)
         for proxy in self.all_models():
             proxy.pin_by_operator()
-        record = f"pinned by the operator at {rfc3339()}\n".encode()
+        record = f"pinned by the operator (uid {uid}) at {rfc3339()}\n".encode()
         try:
             await trio.to_thread.run_sync(write_durably, self.state_dir / EMERGENCY_PIN_FILE,
                                           record)
@@ -918,14 +928,18 @@ class Exchange:
                           f"pinned, but not recorded on disk ({exc.strerror}): "
                           "a restart would release it") from None
 
-    async def release_emergency(self) -> None:
+    async def release_emergency(self, uid: int = 0) -> None:
         """Every model back to its own pin or to automatic switching.
 
-        The record goes first: if it cannot be removed, nothing is released
-        (a restart would pin again) and the writer gets the errno.
+        Anyone who may write MOUNT/control pulls the switch; releasing a pin root
+        pulled is root's.  The record goes first: if it cannot be removed, nothing is
+        released (a restart would pin again) and the writer gets the errno.
         """
         if not self.emergency_pinned:
             return
+        if uid != 0 and self.emergency_pinned_by == 0:
+            raise Refused(errno.EPERM, "the emergency pin was pulled by root: only root "
+                          "releases it")
         try:
             await trio.to_thread.run_sync(_remove_durably, self.state_dir / EMERGENCY_PIN_FILE)
         except OSError as exc:

@@ -48,6 +48,8 @@ log = logging.getLogger("mlfs.proxy")
 STATES = ("initialized", "started", "running", "stopped")
 MODES = ("emergency", "learning", "collaboration", "recommendation")
 ERRORS_KEPT = 100
+#: modes only root may pin a model to (they skip the proxy's efficiency gate)
+ROOT_ONLY_PINS = frozenset({"recommendation"})
 #: the `why` of mode and emergency events of the operator's mount-wide switch
 OPERATOR_PIN = "pinned by the operator via MOUNT/control"
 OPERATOR_RELEASE = "released by the operator via MOUNT/control"
@@ -375,11 +377,16 @@ class ModelProxy:
             self.current = None
         self._save()
 
-    def set_mode(self, data: bytes) -> None:
+    def set_mode(self, data: bytes, uid: int = 0) -> None:
+        """A write to `mode`: pin one, or `auto`.  Pinning `recommendation` (past the
+        efficiency gate) is root's; the mount's group pins up to `collaboration`."""
         try:
             word = one_word(data, "mode")
             if word != "auto" and word not in MODES:
                 raise invalid(f"unknown mode {word!r} (one of auto {' '.join(MODES)})")
+            if word in ROOT_ONLY_PINS and uid != 0:
+                raise Refused(errno.EPERM, f"pinning {word} (past the efficiency gate) is "
+                              "root's; the group pins up to collaboration")
         except Refused as exc:
             raise self.refuse("mode", data, exc) from None
         if word == "auto":

@@ -214,7 +214,8 @@ class ModelDir(Dir):
         add(Attr(tree, "control", self, write=lambda d: ops.model_control(proxy, d)))
         add(Attr(tree, "state", self, read=lambda: proxy.state + "\n"))
         add(Attr(tree, "mode", self, read=lambda: proxy.mode + "\n",
-                 write=lambda d: ops.sync(proxy.set_mode, d)))
+                 write=lambda d, uid: ops.sync(lambda data: proxy.set_mode(data, uid), d),
+                 caller=True))
         add(Attr(tree, "mode_switching", self, read=lambda: proxy.mode_switching + "\n"))
         add(Attr(tree, "knobs", self, read=lambda: " ".join(proxy.controlled) + "\n",
                  write=lambda d: ops.sync(proxy.set_knobs, d)))

@@ -410,3 +410,46 @@ def test_the_reserved_table_names_every_owners_entry():
               statedir.EMERGENCY_PIN_FILE, HOST_FILE, FLEET_DIR, LEDGER_DIR}
     assert owners <= statedir.STATE_ENTRIES <= statedir.RESERVED
     assert statedir.subsystem_name_problem("loaded.json.damaged") is not None
+
+
+def test_the_group_cannot_write_the_kernel_release_roots_pin_or_skip_the_gate(mount_root):
+    m = Mount(mount_root, GROUP_CONFIG).start()  # nobody with gid nogroup: the group
+    try:
+        applying = "load linux.vm name=vmx apply={vfs_cache_pressure=[100,101]}"
+        done = as_nobody(f"echo {shlex.quote(applying)} > {m.mountpoint}/control")
+        assert done.returncode != 0 and "Operation not permitted" in done.stderr
+        assert "write kernel settings (apply, knobs): only root" in errors(m)[-1]
+        assert not (m.mountpoint / "vmx").exists()
+        observing = "load linux.vm name=vmo"
+        assert as_nobody(f"echo {shlex.quote(observing)} > {m.mountpoint}/control"
+                         ).returncode == 0
+        assert (m.mountpoint / "vmo" / "info").exists()
+        model = m.sub / "models" / "g"
+        assert as_nobody(f"mkdir {model} && echo start > {model}/control").returncode == 0
+        done = as_nobody(f"echo recommendation > {model}/mode")
+        assert done.returncode != 0 and "Operation not permitted" in done.stderr
+        assert "pinning recommendation" in (model / "errors").read_text().splitlines()[-1]
+        assert as_nobody(f"echo collaboration > {model}/mode").returncode == 0
+        assert (model / "mode").read_text() == "collaboration\n"
+        assert control(m, "emergency") == 0  # root pulls the switch
+        done = as_nobody(f"echo auto > {m.mountpoint}/control")
+        assert done.returncode != 0 and "Operation not permitted" in done.stderr
+        assert (model / "mode").read_text() == "emergency\n"
+        assert control(m, "auto") == 0  # root releases it
+        assert as_nobody(f"echo emergency > {m.mountpoint}/control").returncode == 0
+        assert as_nobody(f"echo auto > {m.mountpoint}/control").returncode == 0  # its own
+        assert control(m, "unload vmo\n") == 0
+    finally:
+        m.kill(signal.SIGTERM)
+
+
+def test_loads_beyond_max_subsystems_get_enospc_and_change_nothing(mount_root):
+    m = Mount(mount_root, FAST_CONFIG.replace("[mount]\n", "[mount]\nmax_subsystems = 2\n"))
+    m.start()
+    try:
+        assert control(m, "load sim.readahead name=second") == 0
+        assert control(m, "load sim.readahead name=third") == errno.ENOSPC
+        assert "mount.max_subsystems = 2" in errors(m)[-1]
+        assert not (m.mountpoint / "third").exists()
+    finally:
+        m.kill(signal.SIGTERM)
