@@ -15,6 +15,8 @@ EXAMPLES = """examples:
   mlfs fleet push /mnt/mlfs --store /srv/fleet --once      # ship what is sealed, exit
   mlfs fleet push /mnt/mlfs --store s3://bucket/fleet --subsystem 'linux.block.*'
   mlfs fleet train --store /srv/fleet --subsystem linux.vm --scheduler tcp://10.0.0.5:8786
+  mlfs fleet keygen /etc/mlfs/fleet.key   # fleet.key (secret) and fleet.key.pub
+  mlfs fleet train --store /srv/fleet --subsystem linux.vm --key /etc/mlfs/fleet.key
   mlfs fleet train --store /srv/fleet --subsystem linux.vm --since 2026-11-01
   mlfs fleet status --store /srv/fleet
   mlfs fleet report --store /srv/fleet      # per host: mode, efficiency, fleet policy
@@ -48,7 +50,8 @@ def cmd_fleet_train(args: argparse.Namespace) -> int:
     try:
         card = train(args.store, args.subsystem, args.scheduler, folds=args.folds,
                      n_workers=args.workers, since=args.since, until=args.until,
-                     fit_timeout=args.fit_timeout)
+                     fit_timeout=args.fit_timeout,
+                     key=Path(args.key) if args.key else None)
     except TrainError as exc:
         print(f"mlfs fleet train: {exc}", file=sys.stderr)
         return 1
@@ -63,6 +66,18 @@ def cmd_fleet_train(args: argparse.Namespace) -> int:
         print(f"mlfs fleet train: published {card['subsystem']} policy {card['version']} "
               f"({card['rows']} rows, {len(card['hosts'])} hosts, held-out-host MAE "
               f"{'n/a' if mae is None else f'{mae:.4g}'}, {card['seconds']:.1f} s)")
+    return 0
+
+
+def cmd_fleet_keygen(args: argparse.Namespace) -> int:
+    from ..fleet.signing import SigningError, keygen
+
+    try:
+        public = keygen(Path(args.file))
+    except SigningError as exc:
+        print(f"mlfs fleet keygen: {exc}", file=sys.stderr)
+        return 2
+    print(f"mlfs fleet keygen: private key {args.file} (keep it secret), public key {public}")
     return 0
 
 
@@ -131,8 +146,17 @@ def add_parser(sub) -> None:
     q.add_argument("--until", metavar="TIME", help="only rows before TIME (ISO 8601, UTC)")
     q.add_argument("--fit-timeout", type=float, default=3600.0, metavar="SECONDS",
                    help="give up a fit after this long, publishing nothing (default 3600)")
+    q.add_argument("--key", metavar="FILE",
+                   help="sign the card with this Ed25519 private key (mlfs fleet keygen): "
+                        "hosts install only policies a key they trust signed")
     q.add_argument("--json", action="store_true", help="print the model card as JSON")
     q.set_defaults(func=cmd_fleet_train)
+    q = actions.add_parser("keygen", help="make an Ed25519 key pair to sign fleet policies",
+                           description="Write FILE (the private key, 0600: keep it where "
+                           "`mlfs fleet train --key` runs) and FILE.pub (the public key: give "
+                           "it to every host's `mlfs train --trusted-key`).")
+    q.add_argument("file", help="where the private key goes (FILE.pub: the public key)")
+    q.set_defaults(func=cmd_fleet_keygen)
     q = actions.add_parser(
         "status", help="hosts, rows, backlog, losses, modes and policies of a fleet store",
         description="Per host and subsystem: rows and portions shipped, last push, backlog, "

@@ -75,7 +75,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         from ..fleet.pull import PullError, fetch
 
         try:
-            fleet = fetch(args.fleet, args.subsystem, args.fleet_version)
+            fleet = fetch(args.fleet, args.subsystem, args.fleet_version,
+                          args.trusted_key or [])
         except PullError as exc:  # never train from an unchecked policy
             print(f"mlfs train: {exc}", file=sys.stderr)
             return 1
@@ -122,6 +123,10 @@ def add_parser(sub) -> None:
                    "whose sha256 matches its card (docs/fleet.md)")
     p.add_argument("--fleet-version", type=int, metavar="N",
                    help="with --fleet: start from policy N instead of the newest")
+    p.add_argument("--trusted-key", action="append", metavar="FILE",
+                   help="with --fleet: an Ed25519 public key (mlfs fleet keygen) whose "
+                        "signature a fleet policy must carry (repeatable); with none, no "
+                        "fleet policy is installed")
     p.add_argument("--seed", type=int, default=0,
                    help="the learner's random seed (default 0)")
     p.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")

@@ -159,6 +159,17 @@ def _quiet(*args: object) -> None:
     pass
 
 
+def demo_key(store: Path) -> Path:
+    """The demo's own signing key, beside its store (made once): the fleet round signs
+    with it, the newcomer trusts its public half (mlfs/fleet/signing.py)."""
+    from .signing import keygen
+
+    key = Path(store).parent / "fleet-demo.key"
+    if not key.exists():
+        keygen(key)
+    return key
+
+
 def run_hosts(root: Path, runs: list[tuple[str, int, list[str]]], ticks: int, tick: float,
               store: Path | None = None, cwd: Path | str | None = None,
               say: Callable[..., None] = _quiet) -> list[dict]:
@@ -175,6 +186,9 @@ def run_hosts(root: Path, runs: list[tuple[str, int, list[str]]], ticks: int, ti
             host.start()
         started = time.monotonic()
         for host, (name, _, extra) in zip(hosts, runs, strict=True):
+            if "--fleet" in extra and "--trusted-key" not in extra:  # the demo's own key
+                store_dir = Path(extra[extra.index("--fleet") + 1])
+                extra = [*extra, "--trusted-key", str(demo_key(store_dir)) + ".pub"]
             log = open(root / f"{name}-train.log", "ab")  # noqa: SIM115 (the child owns it)
             trainers.append(subprocess.Popen(
                 host.command("train", str(host.mountpoint), SUBSYSTEM, *extra),
@@ -226,7 +240,7 @@ def train_round(store: Path, cwd: Path | str | None = None,
     env = dict(os.environ, TMPDIR=str(scratch)) if scratch is not None else None
     done = subprocess.run(
         [sys.executable, "-m", "mlfs", "fleet", "train", "--store", str(store),
-         "--subsystem", SUBSYSTEM, "--json"],
+         "--subsystem", SUBSYSTEM, "--json", "--key", str(demo_key(store))],
         capture_output=True, text=True, timeout=1800, cwd=cwd, env=env)
     if done.returncode:
         raise RuntimeError(f"mlfs fleet train: {done.stderr[-3000:]}")

@@ -10,6 +10,7 @@ Polars, pyarrow, Spark and Dask read a kind of rows as one table:
     subsystem=<S>/host=<H>/kind=feedback/model=<M>/<NNNNNNNNNN>.parquet
     subsystem=<S>/host=<H>/kind=recommendations/model=<M>/<NNNNNNNNNN>.parquet
     policies/<S>/<NNNNNNNNNN>.txt     a fleet policy (LightGBM text)
+    policies/<S>/<NNNNNNNNNN>.sig     the card's Ed25519 signature (mlfs/fleet/signing.py)
     policies/<S>/<NNNNNNNNNN>.json    its model card, written last
     manifests/<H>.json                host H's shipped portion numbers per source,
                                       written after the objects (manifest.py)
@@ -44,7 +45,9 @@ HOST_COLUMNS = ("host_id", "host_name", "kernel_release", "machine", "mlfs_versi
 POLICIES = "policies"
 INFO = "info"
 STATUS = "status"
-_VERSION = re.compile(r"^(\d{10})\.(txt|json)$")
+_VERSION = re.compile(r"^(\d{10})\.(txt|json|sig)$")
+#: versions have 10 digits: the largest one
+MAX_VERSION = 9_999_999_999
 
 
 @dataclass(frozen=True, order=True)

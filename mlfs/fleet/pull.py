@@ -1,5 +1,7 @@
-"""Fetching a fleet policy for one host: the newest (or a pinned) version whose
-sha256 matches its card and which the policy verifier accepts.
+"""Fetching a fleet policy for one host: the newest (or a pinned) version whose card a
+trusted key signed (mlfs/fleet/signing.py), whose sha256 matches its card, and which
+the policy verifier accepts.  Without a trusted key nothing is installed; an unsigned
+or untrusted version is skipped with a log line, as a tampered one is.
 
 The card is written after the policy (mlfs/fleet/train.py), so a policy
 without a card is not published yet and is never seen here.  A policy whose
@@ -23,6 +25,7 @@ from mlfs.core.verifier import verify
 
 from .layout import POLICIES, policy_path, policy_version
 from .push import Store
+from .signing import SigningError, load_trusted, signed_by
 
 log = logging.getLogger("mlfs.fleet")
 
@@ -47,10 +50,37 @@ def _versions(store: Store, subsystem: str) -> list[int]:
     return sorted((v for v, suffix in filter(None, found) if suffix == "json"), reverse=True)
 
 
-def _checked(store: Store, subsystem: str, version: int) -> FleetPolicy:
-    """The policy of `version`, or PullError saying why it is not usable."""
+def newest_verified(store: Store, subsystem: str, trusted: list | None = None) -> int:
+    """The newest version whose card verifies (sha256, and a trusted signature when
+    `trusted` is given), 0 when none: the next publish is one past it, so a forged
+    version (9999999999 with an invented card) never blocks the numbering."""
+    for version in _versions(store, subsystem):
+        try:
+            _checked(store, subsystem, version, trusted)
+            return version
+        except PullError as exc:
+            log.warning("numbering past %s", exc)
+    return 0
+
+
+def _checked(store: Store, subsystem: str, version: int, trusted: list | None
+             ) -> FleetPolicy:
+    """The policy of `version`, or PullError saying why it is not usable.
+
+    `trusted`: the operator's public keys (None: integrity only, for the publisher
+    numbering its next version without a key)."""
     try:
-        card = json.loads(store.fs.cat_file(store.path(policy_path(subsystem, version, "json"))))
+        card_bytes = store.fs.cat_file(store.path(policy_path(subsystem, version, "json")))
+        if trusted is not None:
+            try:
+                signature = store.fs.cat_file(store.path(policy_path(subsystem, version, "sig")))
+            except FileNotFoundError:
+                raise PullError(f"{subsystem} policy {version}: unsigned (no {version:010d}.sig)"
+                                ": skipped") from None
+            if not signed_by(card_bytes, signature, trusted):
+                raise PullError(f"{subsystem} policy {version}: not signed by a trusted key: "
+                                "skipped")
+        card = json.loads(card_bytes)
         data = store.fs.cat_file(store.path(policy_path(subsystem, version, "txt")))
     except (OSError, ValueError) as exc:
         raise PullError(f"{subsystem} policy {version}: unreadable: {exc}") from exc
@@ -65,17 +95,26 @@ def _checked(store: Store, subsystem: str, version: int) -> FleetPolicy:
     return FleetPolicy(version, data.decode("ascii"), card)
 
 
-def fetch(url: str, subsystem: str, version: int | None = None) -> FleetPolicy:
-    """The pinned `version`, else the newest usable policy of `subsystem`."""
+def fetch(url: str, subsystem: str, version: int | None = None,
+          trusted_keys: list | None = None) -> FleetPolicy:
+    """The pinned `version`, else the newest usable policy of `subsystem` that one of the
+    operator's `trusted_keys` (files) signed; with none, nothing (PullError)."""
+    if not trusted_keys:
+        raise PullError("no trusted key (--trusted-key): no fleet policy is installed, "
+                        "whoever wrote the store")
+    try:
+        trusted = load_trusted(trusted_keys)
+    except SigningError as exc:
+        raise PullError(str(exc)) from None
     store = Store(url)
     if version is not None:
-        return _checked(store, subsystem, version)
+        return _checked(store, subsystem, version, trusted)
     versions = _versions(store, subsystem)
     if not versions:
         raise PullError(f"{url}: no {POLICIES}/{subsystem}/<N>.json: nothing published yet")
     for candidate in versions:
         try:
-            return _checked(store, subsystem, candidate)
+            return _checked(store, subsystem, candidate, trusted)
         except PullError as exc:
             log.error("%s", exc)
     raise PullError(f"{url}: no usable {subsystem} policy among versions "

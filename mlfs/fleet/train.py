@@ -33,6 +33,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -43,7 +44,7 @@ from mlfs import __version__
 from mlfs.core.verifier import verify
 from mlfs.trainers.learner import KnobLearner
 
-from .layout import INFO, POLICIES, policy_path, policy_version
+from .layout import INFO, MAX_VERSION, POLICIES, policy_path, policy_version
 from .manifest import objects
 from .push import Store
 
@@ -94,14 +95,25 @@ def _aligned(frame: pd.DataFrame, info: Mapping[str, Any]) -> pd.DataFrame:
     return out[columns]
 
 
-def next_version(store: Store, subsystem: str) -> int:
+def next_version(store: Store, subsystem: str, trusted: list | None = None) -> int:
+    """The first free version past the newest that verifies (mlfs/fleet/pull.py):
+    a forged 9999999999 never blocks the numbering, and no existing object, verified
+    or not, is ever overwritten."""
+    from .pull import newest_verified
+
     try:
-        names = [p.rsplit("/", 1)[-1] for p in store.fs.ls(store.path(f"{POLICIES}/{subsystem}"),
-                                                            detail=False)]
+        names = store.fs.ls(store.path(f"{POLICIES}/{subsystem}"), detail=False)
     except FileNotFoundError:
         names = []
-    versions = [v[0] for v in map(policy_version, names) if v]
-    return max(versions, default=0) + 1
+    taken = {v[0] for v in map(policy_version, (n.rsplit("/", 1)[-1] for n in names)) if v}
+    version = newest_verified(store, subsystem, trusted) + 1
+    while version in taken:
+        version += 1
+    if version > MAX_VERSION:
+        raise TrainError(f"policies/{subsystem}: version {version} would need 11 digits (a "
+                         "version that verifies by its sha256 alone holds the last number: "
+                         "sign the fleet's policies, --key, and only signed ones count)")
+    return version
 
 
 def utc(when: Any) -> pd.Timestamp:
@@ -163,7 +175,7 @@ def watched(client, work: Callable[[], Any], timeout: float, what: str) -> Any:
 def train(url: str, subsystem: str, scheduler: str | None = None, *, folds: int = 5,
           n_workers: int = 2, num_boost_round: int | None = None,
           since: pd.Timestamp | None = None, until: pd.Timestamp | None = None,
-          fit_timeout: float = FIT_TIMEOUT) -> dict:
+          fit_timeout: float = FIT_TIMEOUT, key: Path | None = None) -> dict:
     """Train and publish one fleet policy; returns its card.
 
     `since` / `until` keep the rows with `since <= ts < until` (pushed down to
@@ -278,21 +290,33 @@ def train(url: str, subsystem: str, scheduler: str | None = None, *, folds: int 
         "seconds": round(time.perf_counter() - started, 3),
         "seconds_after": {k: round(v, 3) for k, v in timings.items()},
     }
-    return publish(store, subsystem, text, card)
+    return publish(store, subsystem, text, card, key)
 
 
-def publish(store: Store, subsystem: str, text: str, card: Mapping[str, Any]) -> dict:
+def publish(store: Store, subsystem: str, text: str, card: Mapping[str, Any],
+            key: Path | None = None) -> dict:
     """Publish `text` as the next policy version of `subsystem` with its card (version,
     sha256, creation time added); the card is written last, so a run that dies before
-    it publishes nothing a host would use.  What the daemon's verifier refuses is never
-    published (Refused)."""
+    it publishes nothing a host would use.  With `key` (an Ed25519 private key file) the
+    card's bytes are signed first (`<N>.sig`): hosts install only signed policies.  What
+    the daemon's verifier refuses is never published (Refused)."""
     verify(text)
-    version = next_version(store, subsystem)
+    trusted = None
+    if key is not None:
+        from .signing import load_trusted
+
+        public = Path(str(key) + ".pub")
+        trusted = load_trusted([public]) if public.exists() else None
+    version = next_version(store, subsystem, trusted)
     card = dict(card, version=version, subsystem=subsystem,
                 policy=policy_path(subsystem, version, "txt").rsplit("/", 1)[-1],
                 sha256=hashlib.sha256(text.encode()).hexdigest(),
                 created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    card_bytes = (json.dumps(card, indent=2) + "\n").encode()
     store.put(policy_path(subsystem, version, "txt"), text.encode())
-    store.put(policy_path(subsystem, version, "json"),
-              (json.dumps(card, indent=2) + "\n").encode())  # last
+    if key is not None:
+        from .signing import sign
+
+        store.put(policy_path(subsystem, version, "sig"), sign(card_bytes, key))
+    store.put(policy_path(subsystem, version, "json"), card_bytes)  # last
     return card

@@ -22,6 +22,7 @@ import pytest
 from mlfs.trainers.learner import KnobLearner
 
 from mlfs.abi import candidate_values
+from mlfs.fleet.demo import demo_key
 from mlfs.fleet.push import Store
 from mlfs.fleet.train import publish
 from tests.harness import REPO, EventStream, Mount, mlfs_command, wait_for
@@ -76,7 +77,8 @@ def pull(m: Mount, store, text: str) -> str:
     with open(m.root / f"{m.mountpoint.name}-train.log", "ab") as log:
         worker = subprocess.Popen(
             mlfs_command("train", str(m.mountpoint), "sim.readahead", "--fleet", str(store),
-                         "--explore-ticks", "1"), stdout=log, stderr=log, cwd=REPO)
+                         "--explore-ticks", "1", "--trusted-key", f"{demo_key(store)}.pub"),
+            stdout=log, stderr=log, cwd=REPO)
     policy = m.sub / "models" / "lgbm" / "policy"
 
     def uploaded() -> bool:
@@ -114,7 +116,8 @@ def test_a_bad_fleet_policy_is_demoted_on_one_host_while_another_keeps_it(
         info = json.loads((a.sub / "info").read_text())
         text = always(info, BAD_KB)
         card = publish(Store(str(store)), "sim.readahead", text,
-                       {"rows": 0, "hosts": {}, "note": f"always read_ahead_kb={BAD_KB}"})
+                       {"rows": 0, "hosts": {}, "note": f"always read_ahead_kb={BAD_KB}"},
+                       key=demo_key(store))
         running = {m: pull(m, store, text) for m in (a, b)}
         events = EventStream(a.sub / "events")  # from here on: A's demotion is in it
         for m in (a, b):

@@ -20,6 +20,7 @@ from mlfs.trainers.learner import KnobLearner
 
 from mlfs.client import end_process
 from mlfs.core.verifier import verify
+from mlfs.fleet.demo import demo_key
 from tests.harness import (
     FAST_CONFIG,
     REPO,
@@ -40,7 +41,11 @@ UPLOAD_SECONDS = 300
 
 
 def start_trainer(m: Mount, *extra: str) -> subprocess.Popen:
-    """`mlfs train` on the host, its log in m.root/<name>-train.log."""
+    """`mlfs train` on the host, its log in m.root/<name>-train.log; a pull trusts the
+    store's signing key (made by `train` below)."""
+    if "--fleet" in extra:
+        store = Path(extra[extra.index("--fleet") + 1])
+        extra = (*extra, "--trusted-key", f"{demo_key(store)}.pub")
     with open(m.root / f"{m.mountpoint.name}-train.log", "ab") as log:
         return subprocess.Popen(
             mlfs_command("train", str(m.mountpoint), "sim.readahead", *extra),
@@ -95,7 +100,7 @@ def fleet_store():
 def train(store: Path, *extra: str) -> dict:
     done = subprocess.run(
         mlfs_command("fleet", "train", "--store", str(store), "--subsystem", "sim.readahead",
-                     "--json", *extra),
+                     "--json", "--key", str(demo_key(store)), *extra),
         capture_output=True, text=True, timeout=600, cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)
@@ -214,15 +219,20 @@ def test_policy_whose_checksum_does_not_match_its_card_is_never_used(
     digit = next(i for i in range(at, len(text)) if text[i].isdigit())
     tampered = text[:digit] + str((int(text[digit]) + 1) % 10) + text[digit + 1:]
     verify(tampered)
+    # the good version's signed card and signature, but another text: the signature holds,
+    # the text is not the one the card vouches for
     policy_file(store, bad, "txt").write_text(tampered)
-    policy_file(store, bad, "json").write_text(json.dumps(dict(card, version=bad)))
+    policy_file(store, bad, "sig").write_bytes(policy_file(store, good, "sig").read_bytes())
+    policy_file(store, bad, "json").write_bytes(policy_file(store, good, "json").read_bytes())
+    del card
     m = Mount(mount_root, config=FAST_CONFIG.replace("seed = 1", "seed = 4"), name="new")
     worker = None
     try:
         m.start()
         pinned = subprocess.run(
             mlfs_command("train", str(m.mountpoint), "sim.readahead", "--fleet", str(store),
-                         "--fleet-version", str(bad)),
+                         "--fleet-version", str(bad), "--trusted-key",
+                         f"{demo_key(store)}.pub"),
             capture_output=True, text=True, timeout=60, cwd=REPO)
         assert pinned.returncode == 1
         assert f"policy {bad}: sha256" in pinned.stderr and "does not match its card" in \
@@ -239,7 +249,7 @@ def test_policy_whose_checksum_does_not_match_its_card_is_never_used(
         if worker is not None:
             end_process(worker)
         m.kill(signal.SIGTERM)
-        for suffix in ("txt", "json"):
+        for suffix in ("txt", "json", "sig"):
             policy_file(store, bad, suffix).unlink()
     log = (m.root / "new-train.log").read_text()
     assert f"policy {bad}: sha256" in log and f"starting from fleet policy {good} " in log
