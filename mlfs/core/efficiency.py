@@ -197,6 +197,9 @@ class EfficiencyStats:
     baseline: float
     #: default ticks counted against the ML ticks around them (carry-over knobs only)
     reverse_ticks: int = 0
+    #: independent samples behind `confidence`: runs of consecutive counted ticks
+    #: (forward and reverse), the unit the mode machine's sequential test counts
+    episodes: int = 0
 
 
 @dataclass(frozen=True)
@@ -209,6 +212,16 @@ class Pair:
     ratio: float
     stable: bool
     payload: object
+
+
+def _runs(ticks: Iterable[int]) -> int:
+    """How many runs of consecutive ticks: the episodes `_paired` counts as samples."""
+    runs, last = 0, None
+    for tick in sorted(ticks):
+        if last is None or tick - last > 1:
+            runs += 1
+        last = tick
+    return runs
 
 
 def episode_ticks(settle: int) -> int:
@@ -558,6 +571,7 @@ class EfficiencyWindow:
         or 1 / R where it has one; the levels weighted by their defaults' sum.
         """
         n, m = len(self._pairs), len(self._reverse)
+        episodes = _runs(t for t, _, _ in self._pairs) + _runs(t for t, _, _ in self._reverse)
         if not m:
             forward = self._paired(self._pairs)
             if forward is None:
@@ -605,7 +619,8 @@ class EfficiencyWindow:
         if self.goal == "min":
             ratio = 1.0 / ratio
             confidence = -confidence
-        return EfficiencyStats(ratio, confidence, n, len(self._defaults), self.baseline, m)
+        return EfficiencyStats(ratio, confidence, n, len(self._defaults), self.baseline, m,
+                               episodes)
 
 
 def replay(rows: Iterable[dict], model: str, goal: str, size: int,
