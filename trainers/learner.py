@@ -777,10 +777,12 @@ class KnobLearner:
         # scan: covering every candidate in every state kept sim.readahead seeds 1, 3, 6
         # in learning at 0.78-0.87 of the oracle, the regression bisected to 6193b1f)
         near = _grid_distance(codes, codes[int(np.argmax(pred))]) <= 1
-        unseen = np.flatnonzero((counts < cover) & (near | (optimistic >= np.max(pred))))
+        unseen = np.flatnonzero((counts < cover) & near)
         if len(unseen):
             return self._decode_setting(codes[int(rng.choice(unseen))])
-        score = optimistic
+        # the upper-confidence pick within the trust region, widened to the settings
+        # whose optimism still reaches the best prediction (where the model is unsure)
+        score = np.where(near | (optimistic >= np.max(pred)), optimistic, -np.inf)
         score += rng.normal(0.0, noise * scale, size=len(score))
         return self._decode_setting(codes[int(np.argmax(score))])
 

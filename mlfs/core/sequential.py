@@ -39,8 +39,9 @@ from dataclasses import dataclass
 
 #: the error rate of each one-sided decision (promote, demote, collapse)
 ALPHA = 0.05
-#: the boundary is tightest around this many episodes (tau^2 / sigma^2 = 1 / N0)
-N0 = 20
+#: the boundary is tightest around this many episodes (tau^2 / sigma^2 = 1 / N0): a
+#: clear win shows within a few windows of learning (a few ML episodes per 100 ticks)
+N0 = 5
 #: fewer episodes than this: the estimate is "unknown", whatever it reads
 MIN_EPISODES = 4
 
