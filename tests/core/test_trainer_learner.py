@@ -160,6 +160,7 @@ def test_explore_covers_the_knob_space(fitted: KnobLearner) -> None:
     assert all(v in GRID for v in seen)
 
 
+@pytest.mark.xfail(strict=True, reason="pins coverage of every unseen candidate (6193b1f), which the trust region (within one grid step of the best-known setting) replaced; to be rewritten for it")
 def test_after_a_fit_explore_tries_every_unseen_candidate_before_the_ucb_picks() -> None:
     """Coverage: every candidate never measured in this kind of state is tried first.
 
@@ -191,6 +192,7 @@ def test_after_a_fit_explore_tries_every_unseen_candidate_before_the_ucb_picks()
     assert with_cover == without
 
 
+@pytest.mark.xfail(strict=True, reason="pins coverage of every unseen candidate (6193b1f), which the trust region (within one grid step of the best-known setting) replaced; to be rewritten for it")
 def test_coverage_counts_only_settled_rows_of_a_carry_over_knob() -> None:
     """A setting tried only on ticks that were still settling has measured nothing.
 
@@ -401,6 +403,7 @@ def test_rows_taken_while_a_carry_over_knob_settles_are_left_out_of_the_fit() ->
     assert len(immediate.training_rows()[1]) == 78
 
 
+@pytest.mark.xfail(strict=True, reason="pins coverage of every unseen candidate (6193b1f), which the trust region (within one grid step of the best-known setting) replaced; to be rewritten for it")
 def test_coverage_counts_no_rows_of_another_phase_while_this_one_has_few() -> None:
     """A setting measured only in another phase is still unseen in this one.
 
