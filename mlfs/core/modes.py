@@ -6,10 +6,12 @@ every tick past the dwell and applies the switch.  Every decision rests on
 the anytime-valid interval of `mlfs.core.sequential`, so it stays valid
 however often the proxy looks:
 
-- unknown (nan, fewer than `sequential.MIN_EPISODES` episodes, or no
-  measurable spread, as when the pairs straddle phases shorter than the
-  knob's carry-over): no promotion, no demotion, no collapse; the model stays
-  where it is (a new model stays in learning, at the learning share);
+- unknown (nan, fewer than `sequential.MIN_EPISODES` episodes, no
+  measurable spread, or more clean ticks in episodes that straddled a phase
+  change than counted ones: phases shorter than an episode, where the few
+  pairs that look clean are coincidences): no promotion, no demotion, no
+  collapse; the model stays where it is (a new one in learning, at the
+  learning share);
 - collapse to emergency: only when the whole interval lies below
   `collapse_below` (a confident collapse; the subsystem's critical state is
   the proxy's other safety net);
@@ -26,6 +28,7 @@ fixed-z rule are not used by it (docs/ABI.md, "Mode switching").
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from mlfs.core.efficiency import EfficiencyStats
@@ -41,6 +44,8 @@ class Switch:
 
 def efficiency_interval(stats: EfficiencyStats) -> Interval:
     """The window's efficiency as the mode machine sees it (known or unknown)."""
+    if stats.straddled > stats.ml_ticks + stats.reverse_ticks:  # phases shorter than
+        return Interval(stats.efficiency, -math.inf, math.inf, stats.episodes, False)
     return interval(stats.efficiency, stats.confidence, stats.episodes)
 
 
