@@ -776,7 +776,11 @@ class KnobLearner:
         # never a setting the model already knows to be far worse (readahead 0 on a
         # scan: covering every candidate in every state kept sim.readahead seeds 1, 3, 6
         # in learning at 0.78-0.87 of the oracle, the regression bisected to 6193b1f)
-        near = _grid_distance(codes, codes[int(np.argmax(pred))]) <= 1
+        # centred on what the policy would run here (`recommend`: ties go to the default),
+        # not on argmax(pred), which on a flat prediction is the grid's first value
+        best = np.array([self._encode(k, v) for k, v in
+                         self.recommend(latest_features)[0].items()])
+        near = _grid_distance(codes, best) <= 1
         unseen = np.flatnonzero((counts < cover) & near)
         if len(unseen):
             return self._decode_setting(codes[int(rng.choice(unseen))])

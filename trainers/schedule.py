@@ -61,7 +61,7 @@ class TrainerSchedule:
 
     def exploration_rate(self) -> float:
         """Share of learning-mode ML ticks spent exploring once a policy runs."""
-        return float(np.clip(200.0 / (200.0 + self.learner.explored_rows), 0.2, 1.0))
+        return float(np.clip(50.0 / (50.0 + self.learner.explored_rows), 0.2, 1.0))
 
     def ttl(self, mode: str) -> int:
         return self.learning_ttl if mode in ("learning", "emergency") else FALLBACK_TTL
