@@ -28,6 +28,9 @@ from .learner import KnobLearner, candidate_values
 
 LEARNING_TTL = 10  # ticks: one ML tick at the default 10 % learning share
 FALLBACK_TTL = 3
+#: chance per tick, in collaboration and recommendation with a live policy, of a
+#: FALLBACK_TTL-tick exploration (within the trust region): at most about 2 % of ticks
+KEEP_EXPLORING = 0.007
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,12 @@ class TrainerSchedule:
         if not policy_live and learner.fitted:
             knobs, expect = learner.recommend(latest)
             return Steer(knobs, expect, FALLBACK_TTL, exploring=False)
+        if (policy_live and learner.fitted and learner.knob_aware
+                and self.rng.random() < KEEP_EXPLORING):
+            # a policy promoted early stops learning unless a few ticks still explore,
+            # within the trust region: a bounded cost for what it has not tried
+            steer = self._explore(latest)
+            return Steer(steer.knobs, steer.expect, FALLBACK_TTL, exploring=True)
         return None
 
     def _explore(self, latest) -> Steer:
