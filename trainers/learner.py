@@ -510,6 +510,36 @@ class KnobLearner:
         self.stats = stats
         return stats
 
+    def challenge(self) -> dict[str, Any]:
+        """An adopted (fleet) policy against learning alone, on this host's own rows.
+
+        A prior is worth what it predicts here: both the adopted booster (with the
+        corrections it got on this host) and a booster trained on this host's older
+        80 % of rows predict the newest 20 % (time-ordered, as `fit` validates).  When
+        local learning predicts them better, the prior is dropped: `fit` on all rows
+        replaces it and the learner is no longer adopted, so a wrong prior cannot
+        hold a host (issue 34 item 3).  Nothing happens below 100 rows or when the
+        prior predicts at least as well."""
+        if not self.adopted or self.booster is None:
+            return {"dropped": False, "reason": "not adopted"}
+        X, y, _ = self._training_set()
+        n = len(y)
+        if n < 100:
+            return {"dropped": False, "reason": "too few rows", "rows": n}
+        cut = n - n // 5
+        local = self._train(X[:cut], y[:cut], self._weights(X[:cut]), self.num_boost_round)
+        threads = self.params["num_threads"]
+        local_rmse = float(np.sqrt(np.mean((y[cut:] - local.predict(X[cut:],
+                                                                    num_threads=threads))**2)))
+        prior_rmse = float(np.sqrt(np.mean((y[cut:] - self.booster.predict(
+            X[cut:], num_threads=threads))**2)))
+        out = {"rows": n, "prior_rmse": prior_rmse, "local_rmse": local_rmse,
+               "dropped": local_rmse < prior_rmse}
+        if out["dropped"]:
+            self.adopted = False
+            out["fit"] = self.fit()
+        return out
+
     @property
     def knob_aware(self) -> bool:
         """Whether the booster splits on a knob at all (else every candidate ties)."""

@@ -30,7 +30,7 @@ LEARNING_TTL = 10  # ticks: one ML tick at the default 10 % learning share
 FALLBACK_TTL = 3
 #: chance per tick, in collaboration and recommendation with a live policy, of a
 #: FALLBACK_TTL-tick exploration (within the trust region): at most about 2 % of ticks
-KEEP_EXPLORING = 0.007
+KEEP_EXPLORING = 0.012
 
 
 @dataclass(frozen=True)

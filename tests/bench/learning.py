@@ -80,6 +80,8 @@ def run_seed(seed: int, ticks: int, fit_every: int = 200,
                 if feedback and learner.fitted:
                     learner.correct(pq.read_table(feedback.path))
                 if learner.adopted:
+                    learner.challenge()  # dropped when learning alone predicts better
+                if learner.adopted:
                     if feedback and learner.fitted:
                         proxy.set_policy(learner.policy_text().encode())
                 elif learner.fit().get("fitted") and learner.knob_aware:
