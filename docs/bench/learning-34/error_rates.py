@@ -42,7 +42,7 @@ def one_run(seed: int, ticks: int, noise: float) -> tuple[bool, bool, bool, bool
 
 def main() -> None:
     runs, ticks, noise = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
-    totals = [sum(x) for x in zip(*(one_run(s, ticks, noise) for s in range(runs)))]
+    totals = [sum(x) for x in zip(*(one_run(s, ticks, noise) for s in range(runs)), strict=True)]
     print(f"{runs} runs x {ticks} ticks, gain 1.0, noise {noise}: fixed |z| >= 2 ever "
           f"crossed: up {totals[0]}, down {totals[1]}; anytime-valid interval ever clear "
           f"of 1: above {totals[2]}, below {totals[3]}")
