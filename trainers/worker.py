@@ -417,10 +417,15 @@ class _Worker:
         assert learner is not None
         if learner.rows_since_fit < FIT_MIN_ROWS or now - self.t_fit < FIT_MIN_SECONDS:
             return
-        if learner.adopted:  # a fleet policy keeps boosting on local residuals (correct)
-            return
         self.t_fit = now
-        stats = learner.fit()
+        if learner.adopted:  # a fleet policy keeps boosting on local residuals (correct)
+            challenge = learner.challenge()  # ... until learning alone predicts better
+            self.log.debug("fleet policy challenged: %s", challenge)
+            if not challenge.get("dropped"):
+                return
+            stats = challenge["fit"]
+        else:
+            stats = learner.fit()
         if not stats.get("fitted"):
             return
         self.stats["fits"] += 1

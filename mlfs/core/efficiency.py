@@ -197,6 +197,13 @@ class EfficiencyStats:
     baseline: float
     #: default ticks counted against the ML ticks around them (carry-over knobs only)
     reverse_ticks: int = 0
+    #: independent samples behind `confidence`: runs of consecutive counted ticks
+    #: (forward and reverse), the unit the mode machine's sequential test counts
+    episodes: int = 0
+    #: clean ticks left out because their episode straddled a phase change (carry-over
+    #: knobs): when they outnumber the counted ones, phases are shorter than an episode
+    #: and the estimate is a guess (`mlfs.core.modes`: unknown)
+    straddled: int = 0
 
 
 @dataclass(frozen=True)
@@ -209,6 +216,16 @@ class Pair:
     ratio: float
     stable: bool
     payload: object
+
+
+def _runs(ticks: Iterable[int]) -> int:
+    """How many runs of consecutive ticks: the episodes `_paired` counts as samples."""
+    runs, last = 0, None
+    for tick in sorted(ticks):
+        if last is None or tick - last > 1:
+            runs += 1
+        last = tick
+    return runs
 
 
 def episode_ticks(settle: int) -> int:
@@ -388,6 +405,8 @@ class EfficiencyWindow:
         self.size = size
         self.goal = goal
         self.unstable_ratio = unstable_ratio
+        #: ticks of episodes that straddled a phase change (`_straddles`), left out
+        self._straddled: collections.deque = collections.deque()
         self.max_span = max_span
         self._last_default: float | None = None
         self._last_default_tick: int | None = None
@@ -414,6 +433,12 @@ class EfficiencyWindow:
         return (min(before, after) > 0 and max(before, after) / min(before, after)
                 <= self.unstable_ratio and (self.max_span is None or span <= self.max_span))
 
+    def _straddles(self, values: list[float]) -> bool:
+        """Clean ticks of one episode at two workload levels (`unstable_ratio` apart):
+        the phase changed within the episode, so it is no sample of the model."""
+        finite = [v for v in values if math.isfinite(v) and v > 0]
+        return len(finite) >= 2 and max(finite) > self.unstable_ratio * min(finite)
+
     def add_ml(self, tick: int, objective: float, payload: object = None,
                settling: bool = False) -> int:
         """An ML tick waits for the next default tick to be judged.
@@ -430,7 +455,9 @@ class EfficiencyWindow:
         counted = 0
         if self._last_ml is not None and self._pending_defaults:
             before_tick, before = self._last_ml
-            if self._bracket_ok(before, objective, tick - before_tick):
+            if self._straddles([v for _, v in self._pending_defaults]):
+                self._straddled.extend(t for t, _ in self._pending_defaults)
+            elif self._bracket_ok(before, objective, tick - before_tick):
                 base = (before + objective) / 2
                 self._reverse.extend((t, value, base) for t, value in self._pending_defaults)
                 counted = len(self._pending_defaults)
@@ -470,6 +497,12 @@ class EfficiencyWindow:
         base = sum(sides) / len(sides) if sides else math.nan
         stable = len(sides) == 2 and self._bracket_ok(
             before, following, 0 if tick is None else tick - self._last_default_tick)
+        if stable and self.max_span is not None and self._straddles(
+                [o for _, o, _, settling in self._pending if not settling]):
+            # the defaults agree but the ML ticks between them span two levels: phases
+            # shorter than the bracket, and the agreement of the defaults a coincidence
+            stable = False
+            self._straddled.extend(t for t, _, _, settling in self._pending if not settling)
         pairs = []
         for tick, observed, payload, settling in self._pending:
             ratio = self._ratio(observed, base)
@@ -482,6 +515,8 @@ class EfficiencyWindow:
 
     def _expire(self, tick: int) -> None:
         oldest = tick - self.size
+        while self._straddled and self._straddled[0] <= oldest:
+            self._straddled.popleft()
         for kept in (self._pairs, self._reverse):
             while kept and kept[0][0] <= oldest:
                 kept.popleft()
@@ -490,6 +525,7 @@ class EfficiencyWindow:
 
     def clear(self) -> None:
         self._pairs.clear()
+        self._straddled.clear()
         self._reverse.clear()
         self._defaults.clear()
         self._pending = []
@@ -558,6 +594,7 @@ class EfficiencyWindow:
         or 1 / R where it has one; the levels weighted by their defaults' sum.
         """
         n, m = len(self._pairs), len(self._reverse)
+        episodes = _runs(t for t, _, _ in self._pairs) + _runs(t for t, _, _ in self._reverse)
         if not m:
             forward = self._paired(self._pairs)
             if forward is None:
@@ -605,7 +642,8 @@ class EfficiencyWindow:
         if self.goal == "min":
             ratio = 1.0 / ratio
             confidence = -confidence
-        return EfficiencyStats(ratio, confidence, n, len(self._defaults), self.baseline, m)
+        return EfficiencyStats(ratio, confidence, n, len(self._defaults), self.baseline, m,
+                               episodes, len(self._straddled))
 
 
 def replay(rows: Iterable[dict], model: str, goal: str, size: int,

@@ -24,6 +24,7 @@ import time
 
 from .. import __version__
 from .exchange import Exchange
+from .modes import efficiency_interval
 from .proxy import MODES, STATES
 
 
@@ -248,6 +249,17 @@ def render(exchange: Exchange) -> str:
                      "z of the window's paired efficiency away from 1 (delta method, "
                      "efficiency.py; positive = ML better).",
                      stats.confidence, **labels)
+            interval = efficiency_interval(stats)
+            w.metric("mlfs_model_efficiency_known", "gauge",
+                     "1 when the mode machine may act on the efficiency, 0 while it is "
+                     "unknown (too few episodes, no measured spread, or episodes that "
+                     "straddle phases; modes.py).", int(interval.known), **labels)
+            w.metric("mlfs_model_efficiency_lower", "gauge",
+                     "Lower end of the efficiency's anytime-valid interval (sequential.py; "
+                     "-Inf while unknown).", interval.lower, **labels)
+            w.metric("mlfs_model_efficiency_upper", "gauge",
+                     "Upper end of the efficiency's anytime-valid interval (sequential.py; "
+                     "+Inf while unknown).", interval.upper, **labels)
             w.metric("mlfs_model_efficiency_pairs", "gauge",
                      "ML ticks counted in the window's efficiency (stable pairs; settling "
                      "ticks and pairs straddling a workload change are left out).",

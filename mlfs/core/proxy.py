@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from mlfs.abi import KnobValue, knob_column
 
+from . import modes
 from .clock import now_us, rfc3339
 from .durable import set_aside, write_durably
 from .efficiency import (
@@ -699,19 +700,7 @@ class ModelProxy:
         dwell = self.runtime.next_tick - self._last_transition_tick
         if dwell < config.min_dwell_ticks or self._ml_since_transition < config.min_ml_ticks:
             return
-        stats = self.window.stats()
-        eff, z = stats.efficiency, stats.confidence
-        if math.isnan(eff):
-            return
-        if eff < config.collapse_below:
-            self._switch("emergency", f"efficiency collapsed to {eff:.3f}", cause="collapse")
-        elif self.mode == "learning" and eff >= config.to_collaboration:
-            self._switch("collaboration", f"efficiency {eff:.3f} >= {config.to_collaboration}")
-        elif (self.mode == "collaboration" and eff >= config.to_recommendation
-              and z >= config.recommendation_confidence):
-            self._switch("recommendation",
-                         f"efficiency {eff:.3f} >= {config.to_recommendation} (z={z:.1f})")
-        elif (self.mode in ("collaboration", "recommendation") and eff < config.demote_below
-              and -z >= config.demote_confidence):
-            self._switch("learning", f"efficiency {eff:.3f} < {config.demote_below} (z={z:.1f})")
+        switch = modes.transition(self.mode, self.window.stats(), config)
+        if switch is not None:
+            self._switch(switch.mode, switch.why, cause=switch.cause)
 

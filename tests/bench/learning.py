@@ -56,11 +56,16 @@ def run_seed(seed: int, ticks: int, fit_every: int = 200,
         within_95 = None
         started = time.perf_counter()
         modes = []
+        exploring_until = -1  # the tick an exploration's ttl runs out
+        exploring = np.zeros(ticks, dtype=bool)  # ticks an exploration may have run
         for t in range(ticks):
             if proxy.current is None:  # the last one expired: as the worker's ttl pacing
                 steer = schedule.decide(proxy.mode, policy_live=policy_live)
                 if steer is not None:
                     proxy.recommend(steer.line().encode())
+                    if steer.exploring:
+                        exploring_until = t + steer.ttl
+            exploring[t] = t < exploring_until
             runtime.tick()
             modes.append(proxy.mode)
             if proxy.mode == "recommendation" and first_recommendation is None:
@@ -75,6 +80,8 @@ def run_seed(seed: int, ticks: int, fit_every: int = 200,
                 if feedback and learner.fitted:
                     learner.correct(pq.read_table(feedback.path))
                 if learner.adopted:
+                    learner.challenge()  # dropped when learning alone predicts better
+                if learner.adopted:
                     if feedback and learner.fitted:
                         proxy.set_policy(learner.policy_text().encode())
                 elif learner.fit().get("fitted") and learner.knob_aware:
@@ -86,6 +93,7 @@ def run_seed(seed: int, ticks: int, fit_every: int = 200,
         table = runtime.dataset.read_all()
         exchange.close()
     applied = np.array(table.column("knob_read_ahead_kb").to_pylist())
+    source = [c == "ml" or None for c in table.column("controller").to_pylist()]
     tick_numbers = np.array(table.column("tick").to_pylist())
     assert (tick_numbers == np.arange(ticks)).all()
     cf = Counterfactuals(seed, ticks, applied)
@@ -96,6 +104,18 @@ def run_seed(seed: int, ticks: int, fit_every: int = 200,
     oracle_c = np.convolve(cf.table.max(axis=1), np.ones(window), "valid")
     hits = np.nonzero(run_c >= 0.95 * oracle_c)[0]
     within_95 = int(hits[0] + window) if len(hits) else None
+    # the explorations' cost: what their ML ticks lost against the default on the same
+    # ticks, as a share of the default's objective over the whole run and in learning
+    ml_source = np.array([v is not None for v in source])
+    explored = exploring & ml_source
+    lost = np.clip(cf.default - cf.applied, 0.0, None)
+    learning_ticks = np.array([m == "learning" for m in modes])
+    exploration_cost = {
+        "explored_ticks": int(explored.sum()),
+        "of_run": round(float(lost[explored].sum() / cf.default.sum()), 4),
+        "of_learning": round(float(lost[explored & learning_ticks].sum()
+                                   / max(cf.default[learning_ticks].sum(), 1e-9)), 4),
+    }
     last = np.arange(ticks // 2, ticks)
     second_half_modes = {m: modes[ticks // 2:].count(m) / len(last) for m in set(modes)}
     out = {
@@ -103,6 +123,7 @@ def run_seed(seed: int, ticks: int, fit_every: int = 200,
         "second_half_modes": {m: round(v, 3) for m, v in sorted(second_half_modes.items())},
         "seed": seed, "ticks": ticks, "seconds": round(seconds, 2),
         "ticks_to_recommendation": first_recommendation,
+        "exploration_cost": exploration_cost,
         "ticks_to_95pct_oracle": within_95,
         "whole_run": cf.score(np.arange(ticks)).__dict__ | cf.score(np.arange(ticks)).ratios(),
         "second_half": cf.score(last).__dict__ | cf.score(last).ratios(),
@@ -130,7 +151,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{result['ticks_to_95pct_oracle']}; second half: ml {half['run']:.0f} MB/s, "
               f"x{half['vs_default']:.3f} default, x{half['vs_best_static']:.3f} best static "
               f"({half['best_static_kb']} KiB), {half['vs_oracle']:.3f} of oracle; "
-              f"modes {result['second_half_modes']}",
+              f"modes {result['second_half_modes']}; exploration cost "
+              f"{result['exploration_cost']['of_learning']:.2%} of the default in learning, "
+              f"{result['exploration_cost']['of_run']:.2%} of the run",
               flush=True)
     keys = ("vs_default", "vs_best_static", "vs_oracle")
     print("\nmedian over seeds (second half):",

@@ -160,8 +160,22 @@ def test_explore_covers_the_knob_space(fitted: KnobLearner) -> None:
     assert all(v in GRID for v in seen)
 
 
+def near_best(learner: KnobLearner, feats: dict) -> set:
+    """Coverage's trust region: the grid values within one step of what the policy
+    would run in this state (`KnobLearner.recommend`), the default left out."""
+    i = GRID.index(learner.recommend(feats)[0]["read_ahead_kb"])
+    return set(GRID[max(0, i - 1): i + 2]) - {128}
+
+
+def local_count(learner: KnobLearner, feats: dict, value: int) -> int:
+    """Rows at `value` that coverage counts in states like `feats`."""
+    codes = np.array([[learner._encode("read_ahead_kb", value)]])
+    return int(learner._local_counts(learner._feature_vector(feats), codes)[0])
+
+
 def test_after_a_fit_explore_tries_every_unseen_candidate_before_the_ucb_picks() -> None:
-    """Coverage: every candidate never measured in this kind of state is tried first.
+    """Coverage: every candidate never measured in this kind of state, within one grid
+    step of what the policy would run there (the trust region), is tried first.
 
     The data explored only 64..256.  In the sequential phase the trees predict
     512.. as well as 256 and 0..32 as badly as 64, so the UCB alone stays at
@@ -181,7 +195,8 @@ def test_after_a_fit_explore_tries_every_unseen_candidate_before_the_ucb_picks()
     feats = phase_features("sequential", rng)
     unseen = set(GRID) - set(seen_values)
     covering = [learner.explore(feats, rng, cover=5)["read_ahead_kb"] for _ in range(100)]
-    assert set(covering) == unseen
+    assert unseen & near_best(learner, feats), "the trust region holds an unseen value"
+    assert set(covering) == unseen & near_best(learner, feats)
     ucb_only = {learner.explore(feats, rng)["read_ahead_kb"] for _ in range(100)}
     assert unseen - ucb_only  # the UCB alone leaves some of them untried
     # once every candidate has its rows in these states, `cover` changes nothing
@@ -214,15 +229,14 @@ def test_coverage_counts_only_settled_rows_of_a_carry_over_knob() -> None:
     assert learner.fit()["fitted"]
     rng = np.random.default_rng(5)
     feats = phase_features("sequential", rng)
+    assert local_count(learner, feats, 512) == 0, "512's unsettled rows are not counted"
     covering = {learner.explore(feats, rng, cover=5)["read_ahead_kb"] for _ in range(200)}
-    assert covering == set(GRID) - {64, 128, 256}
-    assert 512 in covering
+    assert covering == (set(GRID) - {64, 128, 256}) & near_best(learner, feats)
     # without the carry-over, 512's rows count and it is seen
     immediate = KnobLearner(INFO)
     immediate.add_dataset(table)
     assert immediate.fit()["fitted"]
-    assert 512 not in {immediate.explore(feats, rng, cover=5)["read_ahead_kb"]
-                       for _ in range(200)}
+    assert local_count(immediate, feats, 512) > 0
 
 
 def test_a_learner_given_some_features_fits_on_them_alone_and_the_proxy_runs_it() -> None:
@@ -434,7 +448,12 @@ def test_coverage_counts_no_rows_of_another_phase_while_this_one_has_few() -> No
                         if row["seq_ratio"] < 0.3 and row["avg_request_kb"] < 16)
     unseen = {value for value in GRID if value != 128 and in_random[value] < 5}
     assert 512 in unseen
-    covering = {learner.explore(feats, rng, cover=5)["read_ahead_kb"] for _ in range(300)}
+    assert local_count(learner, feats, 512) < 5, "the other phase's rows at 512 don't count"
+    assert local_count(learner, phase_features("sequential", rng), 512) > 0
     # (a row of this phase far out in the noise feature may fall outside the radius,
     # so a setting with a few more rows here can be covered too)
-    assert unseen <= covering and 128 not in covering
+    near = near_best(learner, feats)
+    covering = {learner.explore(feats, rng, cover=5)["read_ahead_kb"] for _ in range(300)}
+    if unseen & near:
+        assert unseen & near <= covering <= near
+    assert 128 not in covering

@@ -1,0 +1,65 @@
+"""A fleet prior never traps a host (issue 34 item 3): local rows overrule it.
+
+A deliberately wrong prior: a policy trained where the objective ran the other
+way round (what was best there is worst here).  Adopted, it recommends this
+host's worst settings; `KnobLearner.challenge` must drop it once learning alone
+predicts the host's newest rows better, and keep a right prior.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from mlfs.trainers.learner import KnobLearner
+
+from tests.harness import INFO, PHASES, make_dataset, phase_features
+
+
+def inverted(table: pa.Table) -> pa.Table:
+    """The same rows with the objective turned around (the best setting now the worst)."""
+    index = table.schema.get_field_index("objective")
+    column = table.column("objective")
+    top = pc.max(column).as_py()
+    return table.set_column(index, "objective", pc.subtract(pa.scalar(top * 1.01), column))
+
+
+def trained(table: pa.Table) -> str:
+    learner = KnobLearner(INFO)
+    learner.add_dataset(table)
+    assert learner.fit()["fitted"]
+    return learner.policy_text()
+
+
+def test_a_wrong_prior_is_dropped_once_learning_alone_predicts_better():
+    wrong = trained(inverted(make_dataset(4000, seed=60, explore_share=0.5)))
+    host = KnobLearner(INFO)
+    host.adopt(wrong)
+    rng = np.random.default_rng(3)
+    best = PHASES["sequential"][1]
+    misled = host.recommend(phase_features("sequential", rng))[0]["read_ahead_kb"]
+    assert misled != best, "the prior is wrong here"
+    host.add_dataset(make_dataset(1500, seed=61, explore_share=0.25))
+    result = host.challenge()
+    assert result["dropped"] and result["local_rmse"] < result["prior_rmse"], result
+    assert not host.adopted and host.fitted
+    hits = sum(abs(np.log2(1 + host.recommend(phase_features("sequential", rng))[0]
+                           ["read_ahead_kb"]) - np.log2(1 + best)) <= 1.01 for _ in range(5))
+    assert hits >= 4, "learning alone finds this host's best"
+
+
+def test_a_right_prior_is_kept_while_it_predicts_the_hosts_rows_as_well():
+    right = trained(make_dataset(8000, seed=70, explore_share=0.5))
+    host = KnobLearner(INFO)
+    host.adopt(right)
+    host.add_dataset(make_dataset(150, seed=71, explore_share=0.25))
+    result = host.challenge()
+    assert not result["dropped"] and host.adopted, result
+
+
+def test_too_few_rows_never_drop_a_prior():
+    host = KnobLearner(INFO)
+    host.adopt(trained(inverted(make_dataset(2000, seed=80, explore_share=0.5))))
+    host.add_dataset(make_dataset(60, seed=81, explore_share=0.25))
+    result = host.challenge()
+    assert not result["dropped"] and result["reason"] == "too few rows" and host.adopted
