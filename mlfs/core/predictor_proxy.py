@@ -179,7 +179,9 @@ class PredictorWindow:
     def stats(self) -> EfficiencyStats:
         ratio, z = self.efficiency.estimate()
         side = self.efficiency.model
-        return EfficiencyStats(ratio, z, side.events, side.negatives, math.nan)
+        # each judged event is one independent sample of the two sides' costs
+        return EfficiencyStats(ratio, z, side.events, side.negatives, math.nan,
+                               episodes=side.events)
 
     def clear(self) -> None:
         self.books = {name: ShadowBook(t.horizon_ticks) for name, t in self.targets.items()}
