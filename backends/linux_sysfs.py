@@ -111,11 +111,16 @@ def _resolve(raw: object, roots: tuple[Path, ...], where: str) -> Path:
     """`raw` resolved (symlinks followed) to an existing file under one of `roots`."""
     if not isinstance(raw, str) or not raw.startswith("/") or "\0" in raw:
         raise SettingError(where, f"{raw!r} is not an absolute path")
-    path = Path(os.path.realpath(raw))
+    try:
+        path = Path(os.path.realpath(raw, strict=False))
+        is_file = path.is_file()
+    except OSError as exc:  # /proc/1/cwd/...: a link the daemon may not follow
+        raise SettingError(where, f"{raw!r} cannot be resolved: "
+                           f"{os.strerror(exc.errno or 0)}") from None
     if not any(path.is_relative_to(root) for root in roots):
         raise SettingError(where, f"{raw!r} resolves to {path}, outside "
                            f"{' and '.join(map(str, roots))}")
-    if not path.is_file():
+    if not is_file:
         raise SettingError(where, f"{raw!r} is not an existing file")
     return path
 

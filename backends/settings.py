@@ -100,6 +100,9 @@ def number(lo: float, hi: float, *, integer: bool = False) -> Check:
             raise ValueError(f"{_show(value)} is not a number")
         if integer and not isinstance(value, int):
             raise ValueError(f"{_show(value)} is not a whole number")
+        if isinstance(value, int) and value.bit_length() > 64:  # no range reaches it, and
+            # float() of it overflows (str() of one over 4300 digits raises, too)
+            raise ValueError(f"a {value.bit_length()}-bit number is outside {lo}..{hi}")
         if not math.isfinite(value):
             raise ValueError(f"{_show(value)} is not a finite number")
         if not lo <= value <= hi:

@@ -453,3 +453,14 @@ def test_loads_beyond_max_subsystems_get_enospc_and_change_nothing(mount_root):
         assert not (m.mountpoint / "third").exists()
     finally:
         m.kill(signal.SIGTERM)
+
+
+def test_a_huge_seed_or_an_unresolvable_declared_path_is_einval_with_a_reason(mount):
+    assert control(mount, "load sim.readahead name=big seed=" + "9" * 3000) == errno.EINVAL
+    assert "bit number is outside" in errors(mount)[-1]
+    declared = ('load linux.sysfs name=pw knobs={x={path="/proc/1/cwd/etc/passwd",'
+                'range=[0,1]}} features={f={path="/proc/loadavg",field=0}}')
+    assert control(mount, declared) == errno.EINVAL
+    last = errors(mount)[-1]
+    assert "passwd" in last and ("cannot be resolved" in last or "outside" in last), last
+    assert not (mount.mountpoint / "big").exists() and not (mount.mountpoint / "pw").exists()
