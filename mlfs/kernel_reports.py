@@ -46,14 +46,14 @@ def fleet_reports(url: str, subsystem: str = KERNEL_LOG_SUBSYSTEM) -> list[dict]
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from .fleet.manifest import objects
+    from .fleet.manifest import consistent, objects
     from .fleet.push import Store
 
     store = Store(url)
     wanted = ["host_id", "kernel_release", "kind", "signature", "message", "ts", "seq",
               "block"]
     tables = []
-    for path in objects(store, subsystem, "records"):
+    for path in consistent(store, objects(store, subsystem, "records")):
         with store.fs.open(path, "rb") as fh:
             table = pq.read_table(fh)
         if not set(wanted) <= set(table.column_names):

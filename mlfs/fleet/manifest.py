@@ -19,10 +19,101 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from .layout import SUBSYSTEM_KINDS, Source
+from mlfs.abi import NAME
+
+from .layout import KINDS, SUBSYSTEM_KINDS, Source
+
+log = logging.getLogger("mlfs.fleet")
+
+#: the highest portion number a manifest may name (10 digits) and the most portions one
+#: source may list: a manifest past either is refused, never expanded
+MAX_PORTION = 9_999_999_999
+MAX_PORTIONS_PER_SOURCE = 10_000_000
+#: the largest manifest read (a source's ranges are a few pairs; thousands of sources)
+MAX_MANIFEST_BYTES = 16 << 20
+
+
+class ManifestError(ValueError):
+    """A manifest that is not one (str() says why)."""
+
+
+def path_host(path: str) -> str | None:
+    """The host of an object's path (its `host=<H>` partition), None if it has none."""
+    for part in path.split("/"):
+        if part.startswith("host="):
+            return part[len("host="):]
+    return None
+
+
+def consistent(store: Store, paths: list[str]) -> list[str]:
+    """The objects whose rows all carry the host their path names (the `host_id` column's
+    Parquet statistics): rows copied under another host's name are ignored, logged."""
+    import pyarrow.parquet as pq
+
+    out = []
+    for path in paths:
+        host = path_host(path)
+        try:
+            with store.fs.open(path, "rb") as fh:
+                meta = pq.ParquetFile(fh).metadata
+                index = meta.schema.names.index("host_id")
+                stats = [meta.row_group(i).column(index).statistics
+                         for i in range(meta.num_row_groups)]
+        except (OSError, ValueError) as exc:
+            log.error("%s: object ignored: %s", path, str(exc)[:200])
+            continue
+        owners = {v for st in stats if st is not None and st.has_min_max
+                  for v in (st.min, st.max)}
+        if owners and owners != {host}:
+            log.error("%s: object ignored: its rows name host %s, its path %r", path,
+                      ", ".join(sorted(map(repr, owners)))[:200], host)
+            continue
+        out.append(path)
+    return out
+
+
+def checked(body: object, host: str) -> dict:
+    """A manifest's body checked whole against its file name's host: types, names by
+    the NAME rule (no `..`, no `/`), kinds, and ranges within what a store can hold."""
+    if not isinstance(body, dict):
+        raise ManifestError("not a JSON object")
+    if body.get("host_id") != host or not NAME.fullmatch(host):
+        raise ManifestError(f"host_id {str(body.get('host_id'))[:40]!r} is not the file's "
+                            f"{host[:40]!r}")
+    sources = body.get("sources")
+    if not isinstance(sources, dict):
+        raise ManifestError("sources is not an object")
+    out = {}
+    for key, entry in sources.items():
+        if not isinstance(entry, dict):
+            raise ManifestError(f"source {str(key)[:40]!r} is not an object")
+        subsystem, kind, model = entry.get("subsystem"), entry.get("kind"), entry.get("model", "")
+        if not isinstance(subsystem, str) or not NAME.fullmatch(subsystem):
+            raise ManifestError(f"subsystem {str(subsystem)[:40]!r} is not a name")
+        if kind not in KINDS:
+            raise ManifestError(f"kind {str(kind)[:40]!r} is not one of {', '.join(KINDS)}")
+        if not isinstance(model, str) or (model and not NAME.fullmatch(model)):
+            raise ManifestError(f"model {str(model)[:40]!r} is not a name")
+        ranges = entry.get("ranges")
+        if not isinstance(ranges, list):
+            raise ManifestError(f"{subsystem}/{kind}: ranges is not a list")
+        total = 0
+        for pair in ranges:
+            if not (isinstance(pair, list) and len(pair) == 2
+                    and all(isinstance(n, int) and not isinstance(n, bool) for n in pair)
+                    and 0 <= pair[0] <= pair[1] <= MAX_PORTION):
+                raise ManifestError(f"{subsystem}/{kind}: range {str(pair)[:40]} is not "
+                                    f"[lo, hi] with 0 <= lo <= hi <= {MAX_PORTION}")
+            total += pair[1] - pair[0] + 1
+        if total > MAX_PORTIONS_PER_SOURCE:
+            raise ManifestError(f"{subsystem}/{kind}: {total} portions listed, over "
+                                f"{MAX_PORTIONS_PER_SOURCE}")
+        out[key] = {"subsystem": subsystem, "kind": kind, "model": model, "ranges": ranges}
+    return {"host_id": host, "sources": out}
 
 if TYPE_CHECKING:
     from .push import Store
@@ -64,8 +155,15 @@ def objects(store: Store, subsystem: str, kind: str) -> list[str]:
             f"subsystem={subsystem}/*/kind={kind}/{deeper}*.parquet")))
     out: list[str] = []
     for path in sorted(found):
-        body = json.loads(store.fs.cat_file(path))
-        host = body["host_id"]
+        host = path.rsplit("/", 1)[-1].removesuffix(".json")
+        try:
+            data = store.fs.cat_file(path)
+            if len(data) > MAX_MANIFEST_BYTES:
+                raise ManifestError(f"{len(data)} bytes, over {MAX_MANIFEST_BYTES}")
+            body = checked(json.loads(data), host)
+        except (ValueError, OSError) as exc:  # ManifestError and JSON errors are ValueErrors
+            log.error("%s: manifest ignored: %s", path, str(exc)[:200])
+            continue
         for entry in body["sources"].values():
             if entry["kind"] != kind or not fnmatch.fnmatchcase(entry["subsystem"], subsystem):
                 continue

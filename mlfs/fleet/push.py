@@ -70,6 +70,63 @@ class StoreUnavailable(Exception):
     """A write to the store failed (str() says which object and why)."""
 
 
+class HostClash(ValueError):
+    """Another machine or state directory already pushes as this host id (str(): one line)."""
+
+
+#: where a host's claim on its id lives in the store (layout.py)
+CLAIMS = "claims"
+
+
+def _machine_id() -> str:
+    try:
+        return Path("/etc/machine-id").read_text().strip()[:64]
+    except OSError:
+        return ""
+
+
+def claim(store: Store, state_dir: Path, host: str, url: str) -> None:
+    """Make sure this state directory is the one pushing as `host` into the store.
+
+    The first push writes `claims/<host>.json` with a random token kept in the state
+    directory (`fleet/claim-<store key>.json`); a later push with another token (a
+    cloned VM image that copied `STATE/host`, a host configured with another's
+    `host_id`) is refused with HostClash before it writes anything, so it never
+    overwrites another host's objects or manifest.
+    """
+    mine_path = Path(state_dir) / "fleet" / f"claim-{store_key(url)}.json"
+    try:
+        mine = json.loads(mine_path.read_text())
+    except (OSError, ValueError):
+        mine = None
+    if not isinstance(mine, dict) or mine.get("host_id") != host:
+        mine = {"host_id": host, "token": os.urandom(16).hex()}
+        mine_path.parent.mkdir(parents=True, exist_ok=True)
+        write_durably(mine_path, json.dumps(mine).encode())
+    target = f"{CLAIMS}/{host}.json"
+    try:
+        theirs = json.loads(store.fs.cat_file(store.path(target)))
+    except FileNotFoundError:
+        theirs = None
+    except (OSError, ValueError) as exc:
+        raise HostClash(f"{target}: unreadable claim ({str(exc)[:100]}); not pushing as "
+                        f"{host}") from None
+    if isinstance(theirs, dict) and theirs.get("token") == mine["token"]:
+        return
+    if theirs is not None:
+        who = theirs if isinstance(theirs, dict) else {}
+        raise HostClash(
+            f"host id {host} is claimed in the store by {str(who.get('hostname'))[:64]} "
+            f"(machine {str(who.get('machine_id'))[:12]}, state {str(who.get('state_dir'))[:80]}"
+            f", since {str(who.get('claimed'))[:20]}): a cloned image or a copied host_id? "
+            "give this host its own id (docs/fleet.md, Hosts: mlfs umount, remove STATE/host "
+            "and STATE/fleet/, mount again)")
+    store.put(target, json.dumps({
+        "host_id": host, "token": mine["token"], "machine_id": _machine_id(),
+        "hostname": socket.gethostname(), "state_dir": str(state_dir),
+        "claimed": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}).encode())
+
+
 # ---- the store --------------------------------------------------------------
 class Store:
     """An fsspec file system and the store's root path in it."""
@@ -442,9 +499,13 @@ def main(mountpoint: Path, url: str, state_dir: Path, subsystems: Sequence[str],
         return 2
     try:
         pusher = Pusher(mountpoint, url, state_dir, subsystems, metrics_file)
-    except (OSError, ValueError) as exc:
+        claim(pusher.store, state_dir, pusher.host["host_id"], url)
+    except (OSError, ValueError) as exc:  # HostClash included
         print(f"mlfs fleet push: {exc}", file=sys.stderr)
         return 2
+    except StoreUnavailable as exc:
+        print(f"mlfs fleet push: {exc}", file=sys.stderr)
+        return 1
     if once:
         result = pusher.ship_pass()
         print(f"mlfs fleet push: {result.shipped} portions ({result.rows} rows) shipped, "

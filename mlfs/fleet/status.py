@@ -10,6 +10,7 @@ efficiency), and the newest published policy of each subsystem with its card.
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import time
 
@@ -24,13 +25,24 @@ def _name(path: str) -> str:
     return path.rstrip("/").rsplit("/", 1)[-1]
 
 
+log = logging.getLogger("mlfs.fleet")
+
+
 def collect(url: str) -> dict:
     store = Store(url)
     fs = store.fs
     hosts: dict[str, dict] = {}
     for path in fs.glob(store.path(f"{STATUS}/*.json")):
-        record = json.loads(fs.cat_file(path))
-        hosts[record["host_id"]] = record
+        try:
+            record = json.loads(fs.cat_file(path))
+            host = record["host_id"]
+        except (ValueError, KeyError, TypeError, OSError) as exc:
+            log.error("%s: status ignored: %s", path, str(exc)[:200])
+            continue
+        if host != path.rsplit("/", 1)[-1].removesuffix(".json"):
+            log.error("%s: status ignored: it names host %r", path, str(host)[:40])
+            continue
+        hosts[host] = record
     data: dict[str, dict[str, dict]] = {}
     for path in objects(store, "*", "dataset"):
         parts = path.split("/")

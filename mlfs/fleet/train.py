@@ -45,7 +45,7 @@ from mlfs.core.verifier import verify
 from mlfs.trainers.learner import KnobLearner
 
 from .layout import INFO, MAX_VERSION, POLICIES, policy_path, policy_version
-from .manifest import objects
+from .manifest import consistent, objects
 from .push import Store
 
 log = logging.getLogger("mlfs.fleet")
@@ -194,7 +194,8 @@ def train(url: str, subsystem: str, scheduler: str | None = None, *, folds: int 
     rounds = num_boost_round or probe.num_boost_round
     wanted = sorted({"tick", "ts", "objective", HOST, *probe.feature_columns,
                      *probe.knob_columns})
-    paths = objects(store, subsystem, "dataset")  # the manifests' complete objects
+    # the manifests' complete objects whose rows carry the host their path names
+    paths = consistent(store, objects(store, subsystem, "dataset"))
     if not paths:
         raise TrainError(f"{url}: no dataset rows of {subsystem}")
     filters = [("ts", op, utc(t)) for op, t in ((">=", since), ("<", until)) if t is not None]
