@@ -118,6 +118,12 @@ class Remembered:
     entry: dict
 
 
+#: the most loads remembered and the largest record read (mount.max_subsystems is at most
+#: 4096; each entry is a load command's settings, a few hundred bytes)
+MAX_REMEMBERED = 4096
+MAX_REMEMBERED_BYTES = 4 << 20
+
+
 def read_remembered(state_dir: Path) -> list[Remembered]:
     """STATE/loaded.json's loads, in load order; a damaged file is set aside (empty)."""
     path = Path(state_dir) / LOADED_FILE
@@ -129,12 +135,16 @@ def read_remembered(state_dir: Path) -> list[Remembered]:
         log.error("%s unreadable (%s): no remembered subsystem loaded", path, exc)
         return []
     try:
+        if len(text) > MAX_REMEMBERED_BYTES:
+            raise ValueError(f"{len(text)} bytes, over {MAX_REMEMBERED_BYTES}")
         data = json.loads(text)
         items = data["loaded"]
+        if not isinstance(items, list) or len(items) > MAX_REMEMBERED:
+            raise ValueError(f"loaded is not a list of at most {MAX_REMEMBERED} entries")
         out = [Remembered(str(item["name"]), dict(item["entry"])) for item in items]
         if any("backend" not in r.entry for r in out):
             raise ValueError("an entry without a backend")
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:
         log.error("%s is damaged (%s); set aside, no remembered subsystem loaded", path, exc)
         set_aside(path, f"damaged: {exc}")
         return []

@@ -13,6 +13,7 @@ import errno
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import time
@@ -464,3 +465,22 @@ def test_a_huge_seed_or_an_unresolvable_declared_path_is_einval_with_a_reason(mo
     last = errors(mount)[-1]
     assert "passwd" in last and ("cannot be resolved" in last or "outside" in last), last
     assert not (mount.mountpoint / "big").exists() and not (mount.mountpoint / "pw").exists()
+
+
+def test_a_damaged_loaded_json_is_set_aside_and_the_mount_comes_up(mount_root):
+    for damage in ("[" * 100_000, json.dumps({"loaded": [{"name": "version", "entry": {
+            "backend": "sim.readahead", "name": "version"}}]})):
+        m = Mount(mount_root)
+        m.state_dir.mkdir(exist_ok=True)
+        (m.state_dir / "loaded.json").write_text(damage)
+        m.start()
+        try:
+            assert (m.sub / "info").exists()
+            assert not (m.mountpoint / "version").is_dir()
+            if damage.startswith("["):
+                assert (m.state_dir / "loaded.json.damaged").exists()
+            else:
+                assert "is reserved" in errors(m)[-1]
+        finally:
+            m.kill(signal.SIGTERM)
+            shutil.rmtree(m.state_dir, ignore_errors=True)
