@@ -6,7 +6,7 @@
 # See also: https://github.com/scop/bash-completion/blob/main/doc/configuration.md
 
 _shtab_mlfs_config_subparsers=(default check)
-_shtab_mlfs_fleet_subparsers=(push train status report reports)
+_shtab_mlfs_fleet_subparsers=(push train keygen status report reports)
 _shtab_mlfs_subparsers=(mount umount restore status report reports train demo bench config fleet backends)
 
 _shtab_mlfs_mount_option_strings=(-h --help --config --state-dir --foreground)
@@ -15,14 +15,15 @@ _shtab_mlfs_restore_option_strings=(-h --help --state-dir)
 _shtab_mlfs_status_option_strings=(-h --help --json --watch)
 _shtab_mlfs_report_option_strings=(-h --help --model --out --all --last --max-points --png)
 _shtab_mlfs_reports_option_strings=(-h --help --subsystem --json --html)
-_shtab_mlfs_train_option_strings=(-h --help --model --max-seconds --explore-ticks --relative --features --fleet --fleet-version --seed -v --verbose)
+_shtab_mlfs_train_option_strings=(-h --help --model --max-seconds --explore-ticks --relative --features --fleet --fleet-version --trusted-key --seed -v --verbose)
 _shtab_mlfs_demo_option_strings=(-h --help --seconds --seed --keep --predict --fleet --host-ticks --ticks --tick)
 _shtab_mlfs_bench_option_strings=(-h --help --quick --json)
 _shtab_mlfs_config_default_option_strings=(-h --help)
 _shtab_mlfs_config_check_option_strings=(-h --help)
 _shtab_mlfs_config_option_strings=(-h --help)
 _shtab_mlfs_fleet_push_option_strings=(-h --help --store --subsystem --state-dir --once --interval --max-backoff --metrics-file)
-_shtab_mlfs_fleet_train_option_strings=(-h --help --store --subsystem --scheduler --workers --folds --since --until --fit-timeout --json)
+_shtab_mlfs_fleet_train_option_strings=(-h --help --store --subsystem --scheduler --workers --folds --since --until --fit-timeout --key --json)
+_shtab_mlfs_fleet_keygen_option_strings=(-h --help)
 _shtab_mlfs_fleet_status_option_strings=(-h --help --store --json)
 _shtab_mlfs_fleet_report_option_strings=(-h --help --store --json)
 _shtab_mlfs_fleet_reports_option_strings=(-h --help --store --subsystem --json --html)
@@ -33,7 +34,7 @@ _shtab_mlfs_option_strings=(-h --help --version)
 
 
 _shtab_mlfs_config_pos_0_choices=(default check)
-_shtab_mlfs_fleet_pos_0_choices=(push train status report reports)
+_shtab_mlfs_fleet_pos_0_choices=(push train keygen status report reports)
 _shtab_mlfs_pos_0_choices=(mount umount restore status report reports train demo bench config fleet backends)
 
 _shtab_mlfs_mount__h_nargs=0
@@ -79,6 +80,8 @@ _shtab_mlfs_fleet_push___once_nargs=0
 _shtab_mlfs_fleet_train__h_nargs=0
 _shtab_mlfs_fleet_train___help_nargs=0
 _shtab_mlfs_fleet_train___json_nargs=0
+_shtab_mlfs_fleet_keygen__h_nargs=0
+_shtab_mlfs_fleet_keygen___help_nargs=0
 _shtab_mlfs_fleet_status__h_nargs=0
 _shtab_mlfs_fleet_status___help_nargs=0
 _shtab_mlfs_fleet_status___json_nargs=0
