@@ -33,7 +33,7 @@ UNIT_MLFS = "/usr/local/bin/mlfs"
 #: capability numbers (linux/capability.h) a unit of ours may keep
 CAP_NUMBERS = {"CAP_CHOWN": 0, "CAP_DAC_OVERRIDE": 1, "CAP_DAC_READ_SEARCH": 2, "CAP_FOWNER": 3,
                "CAP_SETGID": 6, "CAP_SETUID": 7, "CAP_SYS_ADMIN": 21, "CAP_SYS_RESOURCE": 24,
-               "CAP_SYSLOG": 34}
+               "CAP_SYSLOG": 34, "CAP_PERFMON": 38, "CAP_BPF": 39}
 
 
 def venv_script(name: str) -> Path:
@@ -312,6 +312,10 @@ def test_systemd_units_pass_systemd_analyze_verify(tmp_path):
     assert unit_settings(daemon, "ExecStop")[0].lstrip("-").startswith(f"{UNIT_MLFS} umount %f")
     assert unit_settings(daemon, "KillSignal") == ["SIGTERM"]
     assert unit_settings(daemon, "DeviceAllow") == ["/dev/fuse rw", "/dev/kmsg r"]
+    # linux.bio's loader needs bpf(2), which @system-service leaves out: allowed by name
+    groups = run(["systemd-analyze", "syscall-filter", "@system-service", "@mount"]).stdout
+    assert not re.search(r"^\s+bpf$", groups, re.M)
+    assert "bpf" in unit_settings(daemon, "SystemCallFilter")
     namespacing = ("ProtectSystem", "ProtectHome", "PrivateTmp", "PrivateDevices",
                    "PrivateMounts", "ReadWritePaths", "ProtectKernelTunables", "DynamicUser")
     for key in namespacing:

@@ -1,0 +1,142 @@
+// SPDX-License-Identifier: GPL-2.0
+// Per-request block I/O for mlfs (backends/linux_bio.py): one fixed-size record per
+// request into a ring buffer, written when the request completes.  CO-RE (BTF-typed
+// tracepoints, no tracefs and no kernel headers needed): block_rq_insert and
+// block_bio_queue note who submitted the request (at issue it is often a kworker),
+// block_rq_issue notes when it reached the driver and how many requests of its
+// device were in flight, block_rq_complete emits the record.  A record the ring has no
+// room for is counted in `dropped`, never silently lost.
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_tracing.h>
+
+char LICENSE[] SEC("license") = "GPL";
+
+struct record {
+	__u64 issue_ns;
+	__u64 complete_ns;
+	__u64 sector;
+	__u32 dev;
+	__u32 bytes;
+	__u32 pid;
+	__u32 cmd_flags;
+	__u32 queue_depth;
+	__s32 error;
+};
+
+struct start {
+	__u64 issue_ns;
+	__u32 pid;
+	__u32 queue_depth;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 16 << 20);
+} records SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct request *);
+	__type(value, struct start);
+} started SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct request *);
+	__type(value, __u32);
+} submitter SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u32);
+} inflight SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} dropped SEC(".maps");
+
+const volatile __u32 only_dev = 0;  /* 0: every device */
+
+static __always_inline __u32 rq_dev(struct request *rq)
+{
+	struct gendisk *disk = BPF_CORE_READ(rq, q, disk);
+	__u32 major = BPF_CORE_READ(disk, major);
+	__u32 minor = BPF_CORE_READ(disk, first_minor);
+	return (major << 20) | minor;
+}
+
+SEC("tp_btf/block_rq_insert")
+int BPF_PROG(rq_insert, struct request *rq)
+{
+	__u32 pid = bpf_get_current_pid_tgid() >> 32;
+	bpf_map_update_elem(&submitter, &rq, &pid, BPF_ANY);
+	return 0;
+}
+
+SEC("tp_btf/block_rq_issue")
+int BPF_PROG(rq_issue, struct request *rq)
+{
+	__u32 dev = rq_dev(rq);
+	if (only_dev && dev != only_dev)
+		return 0;
+	struct start s = {};
+	s.issue_ns = bpf_ktime_get_ns();
+	__u32 *pid = bpf_map_lookup_elem(&submitter, &rq);
+	if (pid) {
+		s.pid = *pid;
+		bpf_map_delete_elem(&submitter, &rq);
+	} else {
+		s.pid = bpf_get_current_pid_tgid() >> 32;  /* issued in the submitter's context */
+	}
+	__u32 one = 1, *n = bpf_map_lookup_elem(&inflight, &dev);
+	if (n) {
+		s.queue_depth = __sync_fetch_and_add(n, 1);
+	} else {
+		bpf_map_update_elem(&inflight, &dev, &one, BPF_NOEXIST);
+		s.queue_depth = 0;
+	}
+	bpf_map_update_elem(&started, &rq, &s, BPF_ANY);
+	return 0;
+}
+
+SEC("tp_btf/block_rq_complete")
+int BPF_PROG(rq_complete, struct request *rq, int error, unsigned int nr_bytes)
+{
+	struct start *s = bpf_map_lookup_elem(&started, &rq);
+	if (!s)
+		return 0;  /* issued before the capture started, or another device */
+	__u32 dev = rq_dev(rq);
+	__u32 *n = bpf_map_lookup_elem(&inflight, &dev);
+	if (n && *n > 0)
+		__sync_fetch_and_add(n, -1);
+	struct record *r = bpf_ringbuf_reserve(&records, sizeof(*r), 0);
+	if (!r) {
+		__u32 zero = 0;
+		__u64 *d = bpf_map_lookup_elem(&dropped, &zero);
+		if (d)
+			*d += 1;
+		bpf_map_delete_elem(&started, &rq);
+		return 0;
+	}
+	r->issue_ns = s->issue_ns;
+	r->complete_ns = bpf_ktime_get_ns();
+	r->sector = BPF_CORE_READ(rq, __sector);
+	r->dev = dev;
+	r->bytes = nr_bytes;
+	r->pid = s->pid;
+	r->cmd_flags = BPF_CORE_READ(rq, cmd_flags);
+	r->queue_depth = s->queue_depth;
+	r->error = error;
+	bpf_ringbuf_submit(r, 0);
+	bpf_map_delete_elem(&started, &rq);
+	return 0;
+}
