@@ -10,8 +10,8 @@ import subprocess
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pytest
-
 from mlfs.backends.linux_bio import unavailable
+
 from tests.harness import Mount, sh, wait_for
 
 CONFIG = """
