@@ -21,19 +21,26 @@ from __future__ import annotations
 
 import errno
 import logging
-import os
 import time
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from mlfs.abi import EXTRA_RECORDS_LOST, RECORD_CORE_COLUMNS, RECORD_TYPES
 
-from .durable import fsync_dir, set_aside, write_durably
-from .store import Batch, Portion, PortionStore, StoreError, StorePolicy, StoreWatch, portion_name
+from .durable import set_aside, write_durably
+from .store import (
+    Batch,
+    Portion,
+    PortionStore,
+    StoreError,
+    StorePolicy,
+    StoreWatch,
+    portion_name,
+    write_portion_file,
+)
 
 log = logging.getLogger("mlfs.records")
 
@@ -218,16 +225,7 @@ class RecordStore(PortionStore):
         write_durably(self._counter_path(), f"{batch.number + 1}\n".encode())
         table = batch.columns["table"]
         final = self.directory / portion_name(batch.number)
-        tmp = final.with_suffix(".tmp")
-        pq.write_table(table, tmp, compression="zstd", row_group_size=1 << 20)
-        fd = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, final)
-        fsync_dir(self.directory)
-        st = final.stat()
+        st = write_portion_file(table, final, row_group_size=1 << 20)
         for wal in batch.wal_paths:
             wal.unlink(missing_ok=True)
         return Portion(batch.number, final, st.st_size, table.num_rows, st.st_mtime_ns)

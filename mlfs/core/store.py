@@ -551,16 +551,7 @@ class PortionStore:
         final = self.directory / portion_name(batch.number)
         portion = None
         if table is not None:
-            tmp = final.with_suffix(".tmp")
-            pq.write_table(table, tmp, compression="zstd")
-            fd = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, final)
-            fsync_dir(self.directory)
-            st = final.stat()
+            st = write_portion_file(table, final)
             portion = Portion(batch.number, final, st.st_size, table.num_rows, st.st_mtime_ns)
         for wal in batch.wal_paths:
             wal.unlink(missing_ok=True)
@@ -705,6 +696,21 @@ class PortionStore:
 
 
 _INT64 = 1 << 63
+
+
+def write_portion_file(table: pa.Table, final: Path, **options) -> os.stat_result:
+    """Write `table` as the Parquet file `final` so that it is complete before its name
+    exists (a tmp file, fsync, rename, fsync the directory); its stat."""
+    tmp = final.with_suffix(".tmp")
+    pq.write_table(table, tmp, compression="zstd", **options)
+    fd = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, final)
+    fsync_dir(final.parent)
+    return final.stat()
 
 
 def _state_root(directory: Path) -> Path | None:
