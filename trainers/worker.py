@@ -419,6 +419,8 @@ class _Worker:
             return
         self.t_fit = now
         if learner.adopted:  # a fleet policy keeps boosting on local residuals (correct)
+            if not self.stats["policies"]:
+                return  # the host starts from the fleet policy: it is uploaded first
             challenge = learner.challenge()  # ... until learning alone predicts better
             self.log.debug("fleet policy challenged: %s", challenge)
             if not challenge.get("dropped"):

@@ -51,6 +51,8 @@ from .push import Store
 log = logging.getLogger("mlfs.fleet")
 
 LABEL, WEIGHT, HOST = "__label", "__weight", "host_id"
+#: a training label further than this many times the fleet's median magnitude is dropped
+LABEL_BOUND = 1000.0
 #: LightGBM's socket time-out in minutes (its default, 120, lets a run whose peer
 #: died hang for two hours); 1 is the smallest it takes
 NETWORK_TIMEOUT_MINUTES = 1
@@ -224,7 +226,17 @@ def train(url: str, subsystem: str, scheduler: str | None = None, *, folds: int 
                                             rows[HOST].value_counts())
             per_host = per_host.sort_index()
             per_host = per_host[per_host.index != ""]
-            rows = rows.persist()
+            # values bounded before training: a label beyond LABEL_BOUND x the fleet's
+            # median magnitude is not a measurement (1e12 from a rogue host made a leaf
+            # of 1.38e11 that every puller would have installed): dropped, counted
+            median = float(rows[LABEL].abs().quantile(0.5).compute())
+            bound = LABEL_BOUND * max(median, 1e-12)
+            kept = rows[np.isfinite(rows[LABEL]) & (rows[LABEL].abs() <= bound)]
+            out_of_bounds = int((rows[LABEL].abs() > bound).sum().compute())
+            if out_of_bounds:
+                log.warning("%s: %d rows with a label beyond %g (x%g the median) left out",
+                            subsystem, out_of_bounds, bound, LABEL_BOUND)
+            rows = kept.persist()
             if per_host.sum() < 20:
                 raise TrainError(f"{subsystem}: {int(per_host.sum())} training rows; need 20")
             hosts = list(per_host.index)
@@ -274,6 +286,7 @@ def train(url: str, subsystem: str, scheduler: str | None = None, *, folds: int 
         "subsystem": subsystem,
         "mlfs_version": __version__,
         "rows": int(per_host.sum()),
+        "rows_out_of_bounds": out_of_bounds,
         "hosts": {h: int(n) for h, n in per_host.items()},
         "time_range": [pd.Timestamp(lo).isoformat(), pd.Timestamp(hi).isoformat()],
         "validation": {
