@@ -18,13 +18,17 @@ are.  The watcher runs only while something is parked.
 
 An event wakes root's parked reads at once; the others wait `WAKE_DELAY`
 (events in between reach them in one read) and are then woken `WAKE_BATCH`
-at a time, with a checkpoint between batches.  Each woken read is a reply
+at a time, `WAKE_PACE` seconds apart.  Each woken read is a reply
 and, from a `cat`, a new read request right behind it in the kernel's queue:
 woken all at once, 256 parked readers put root's `cat version` behind ~512
 requests after each of root's own `recommend` writes (p50 168 ms with root
 writing continuously, tests/bench/parked_readers.py on the loaded 2-core test
-machine); paced, 117 ms; delayed and paced, 0.8 ms.  The p99 stays at a few
-hundred ms there: a request that arrives during a burst still waits for it.
+machine); paced, 117 ms; delayed and paced, 0.8 ms.  With batches only a
+checkpoint apart the p99 stayed at 325-377 ms for 1,024 readers of 16 uids: a
+request that arrived during a burst waited for all of it.  Paced 16 per 1 ms
+after 20 ms: 183 ms; 8 per 2 ms after 50 ms: 9.5 ms against 1.8 ms with none
+parked (docs/bench/parked-readers.md).  The price: an unprivileged reader of
+1,024 gets an event up to ~0.3 s after root.
 """
 
 from __future__ import annotations
@@ -50,9 +54,11 @@ WATCH_SHARE = 0.05
 #: openers looked at between two checkpoints (other requests run in between)
 WATCH_BATCH = 32
 #: parked reads of users other than root woken at once when an event comes
-WAKE_BATCH = 16
+WAKE_BATCH = 8
 #: how long an event waits before the first batch: events in between are coalesced
-WAKE_DELAY = 0.02
+WAKE_DELAY = 0.05
+#: seconds between two batches of woken non-root readers (1,024 parked: ~64 ms for all)
+WAKE_PACE = 0.002
 
 
 def _hex_field(status: bytes, name: bytes) -> int:
@@ -174,7 +180,10 @@ class Parking:
             while self._to_wake:
                 for _ in range(min(WAKE_BATCH, len(self._to_wake))):
                     self._to_wake.popleft().wake()
-                await trio.lowlevel.checkpoint()
+                # each woken reader reads again at once: a burst of 1,024 re-reads queued
+                # in the kernel ahead of root's next request held it 325-377 ms (p99);
+                # paced in time, at most WAKE_BATCH re-reads stand before it
+                await trio.sleep(WAKE_PACE)
         except Exception:
             log.exception("the events pacer failed; it restarts with the next event")
         finally:

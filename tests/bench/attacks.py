@@ -454,6 +454,97 @@ def attack_operator_switch(ws: Workspace) -> str:
     return f"echo emergency > MOUNT/control: {errno_name(code)}; model mode {mode}"
 
 
+# ---- the second red-team pass's holes (issue 28) ------------------------------------
+GROUP = FAST_CONFIG.replace("[mount]\n", '[mount]\ngroup = "nogroup"\n')
+NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+
+
+def _as_nobody(script: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*NOBODY, "bash", "-c", script], capture_output=True, text=True,
+                          timeout=60)
+
+
+def attack_stuck_load(ws: Workspace) -> str:
+    m = ws.mount()
+    model = model_dir(m)
+    load = subprocess.Popen(["bash", "-c", "echo 'load linux.sysfs name=k features={k={path="
+                             "\"/proc/kmsg\"}}' > " + str(m.mountpoint / "control")],
+                            stderr=subprocess.PIPE, text=True)
+    ws.procs.append(load)
+    time.sleep(0.5)
+    started = time.monotonic()
+    code = write_with_timeout(m.mountpoint / "control", b"emergency\n", timeout=20)
+    took = time.monotonic() - started
+    mode = (model / "mode").read_text().strip() if code == 0 else "?"
+    write_with_timeout(m.mountpoint / "control", b"auto\n", timeout=20)
+    return (f"emergency behind a stuck load: {errno_name(code)} in {took:.1f} s, model {mode}; "
+            f"{health(m)}")
+
+
+def attack_reserved_name(ws: Workspace) -> str:
+    m = ws.mount()
+    code = write_with_timeout(m.mountpoint / "control",
+                              b"load sim.readahead name=emergency_pinned\n")
+    pin = write_with_timeout(m.mountpoint / "control", b"emergency\n")
+    auto = write_with_timeout(m.mountpoint / "control", b"auto\n")
+    return (f"load name=emergency_pinned: {errno_name(code)}; then emergency {errno_name(pin)}, "
+            f"auto {errno_name(auto)}")
+
+
+def attack_group_kernel_write(ws: Workspace) -> str:
+    m = ws.mount(GROUP)
+    load = _as_nobody("echo 'load linux.vm name=x apply={vfs_cache_pressure=[100,101]}' > "
+                      f"{m.mountpoint}/control")
+    model = m.sub / "models" / "g"
+    _as_nobody(f"mkdir {model}; echo start > {model}/control")
+    pin = _as_nobody(f"echo recommendation > {model}/mode")
+    write_with_timeout(m.mountpoint / "control", b"emergency\n")
+    release = _as_nobody(f"echo auto > {m.mountpoint}/control")
+    write_with_timeout(m.mountpoint / "control", b"auto\n")
+
+    def said(done: subprocess.CompletedProcess) -> str:
+        return "ok" if done.returncode == 0 else done.stderr.strip().rsplit(":", 1)[-1].strip()
+    return (f"group: load with apply {said(load)}; pin recommendation {said(pin)}; "
+            f"release root's pin {said(release)}")
+
+
+def attack_cloned_host_id(ws: Workspace) -> str:
+    config = FAST_CONFIG.replace("[mount]\n", '[mount]\nhost_id = "cloned"\n')
+    a, b = ws.mount(config), ws.mount(config)
+    store = ws.root / "store"
+    codes = []
+    for m in (a, b):
+        write_with_timeout(m.sub / "control", b"prepare_dataset\n")
+        done = subprocess.run([sys.executable, "-m", "mlfs", "fleet", "push", str(m.mountpoint),
+                               "--store", str(store), "--state-dir", str(m.state_dir),
+                               "--once"], capture_output=True, text=True, timeout=120,
+                              cwd=REPO)
+        codes.append(done.returncode)
+    manifest = json.loads((store / "manifests" / "cloned.json").read_text())
+    return f"push as the same host id from two state dirs: exit {codes}; manifest " \
+        f"{sum(len(v['ranges']) for v in manifest['sources'].values())} range(s)"
+
+
+def attack_forged_policy_version(ws: Workspace) -> str:
+    m = ws.mount()
+    store = ws.root / "store"
+    folder = store / "policies" / "sim.readahead"
+    folder.mkdir(parents=True)
+    text = valid_policy(m)
+    import hashlib
+
+    (folder / "9999999999.txt").write_text(text)
+    (folder / "9999999999.json").write_text(json.dumps(
+        {"sha256": hashlib.sha256(text.encode()).hexdigest(), "rows": 10**9,
+         "validation": {"mae": 0}}))
+    done = subprocess.run([sys.executable, "-m", "mlfs", "train", str(m.mountpoint),
+                           "sim.readahead", "--fleet", str(store), "--max-seconds", "3"],
+                          capture_output=True, text=True, timeout=120, cwd=REPO)
+    adopted = "starting from fleet policy 9999999999" in done.stderr
+    return f"forged 9999999999 with a matching sha256: {'adopted' if adopted else 'refused'} " \
+        f"(exit {done.returncode})"
+
+
 ATTACKS = {
     "policy-feature-index": attack_policy_feature,
     "policy-cycle": attack_policy_cycle,
@@ -471,6 +562,11 @@ ATTACKS = {
     "stale-mountpoint": attack_stale_mountpoint,
     "number-1_000": attack_underscore_number,
     "operator-switch": attack_operator_switch,
+    "stuck-load": attack_stuck_load,
+    "reserved-name": attack_reserved_name,
+    "group-kernel-write": attack_group_kernel_write,
+    "cloned-host-id": attack_cloned_host_id,
+    "forged-policy-version": attack_forged_policy_version,
 }
 
 
