@@ -108,9 +108,11 @@ def claim(store: Store, state_dir: Path, host: str, url: str) -> None:
         theirs = json.loads(store.fs.cat_file(store.path(target)))
     except FileNotFoundError:
         theirs = None
-    except (OSError, ValueError) as exc:
-        raise HostClash(f"{target}: unreadable claim ({str(exc)[:100]}); not pushing as "
+    except ValueError as exc:
+        raise HostClash(f"{target}: a damaged claim ({str(exc)[:100]}); not pushing as "
                         f"{host}") from None
+    except OSError as exc:  # the store cannot be read now: a store failure, retried
+        raise StoreUnavailable(f"{store.url}: cannot read {target}: {exc}") from None
     if isinstance(theirs, dict) and theirs.get("token") == mine["token"]:
         return
     if theirs is not None:
@@ -278,6 +280,7 @@ class Pusher:
         self.backlog = 0
         self.last_success = 0.0
         self._info_sent: dict[str, bytes] = {}
+        self.claimed = False  # this state directory's claim on its host id (claim())
 
     # -- what the mount holds
     def _subsystems(self) -> list[str]:
@@ -316,6 +319,9 @@ class Pusher:
         work = [(s, self.pending(s)) for s in self.sources()]
         result.backlog = sum(len(numbers) for _, numbers in work)
         try:
+            if not self.claimed:  # HostClash ends the pusher; an unreadable store retries
+                claim(self.store, self.state_dir, self.host["host_id"], self.store.url)
+                self.claimed = True
             self._ship_info(sorted({s.subsystem for s, _ in work}))
             for source, numbers in work:
                 for number in numbers:
@@ -499,15 +505,15 @@ def main(mountpoint: Path, url: str, state_dir: Path, subsystems: Sequence[str],
         return 2
     try:
         pusher = Pusher(mountpoint, url, state_dir, subsystems, metrics_file)
-        claim(pusher.store, state_dir, pusher.host["host_id"], url)
-    except (OSError, ValueError) as exc:  # HostClash included
+    except (OSError, ValueError) as exc:
         print(f"mlfs fleet push: {exc}", file=sys.stderr)
         return 2
-    except StoreUnavailable as exc:
-        print(f"mlfs fleet push: {exc}", file=sys.stderr)
-        return 1
     if once:
-        result = pusher.ship_pass()
+        try:
+            result = pusher.ship_pass()
+        except HostClash as exc:
+            print(f"mlfs fleet push: {exc}", file=sys.stderr)
+            return 2
         print(f"mlfs fleet push: {result.shipped} portions ({result.rows} rows) shipped, "
               f"{result.backlog} waiting, {result.lost} lost")
         if result.error:
@@ -518,6 +524,10 @@ def main(mountpoint: Path, url: str, state_dir: Path, subsystems: Sequence[str],
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     log.info("pushing %s to %s as host %s", mountpoint, url, pusher.host["host_id"])
-    pusher.run(stop, interval, max_backoff)
+    try:
+        pusher.run(stop, interval, max_backoff)
+    except HostClash as exc:  # another state directory pushes as this host: never ours
+        print(f"mlfs fleet push: {exc}", file=sys.stderr)
+        return 2
     log.info("stopped; %d portions waiting", pusher.backlog)
     return 0
