@@ -35,9 +35,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import mlfs
-from mlfs.abi import ENTRY_POINT_GROUP, Knob, Objective, Sample, Subsystem, subsystem_problems
-
-from .settings import SettingError, describe_schema
+from mlfs.abi import (
+    ENTRY_POINT_GROUP,
+    Knob,
+    Objective,
+    Sample,
+    SettingError,
+    Subsystem,
+    describe_schema,
+    subsystem_problems,
+)
 
 OWN_DISTRIBUTION = "mlfs"
 
@@ -198,13 +205,13 @@ def entry_for_name(name: str) -> dict | None:
 
 
 def restore_orphans(state_dir) -> dict[str, str]:
-    """Put back every ledger original whose owner is gone (`linux_common.recover`).
+    """Put back every ledger original whose owner is gone (`linux.ledger.recover`).
 
     For a remembered subsystem that cannot be built (its backend uninstalled):
     the knobs it touched before the crash or umount still get their originals.
     Entries of live subsystems are left alone.
     """
-    from .linux_common import Ledger, recover
+    from .linux.ledger import Ledger, recover
 
     ledger = Ledger(state_dir, create=False)
     if not ledger.directory.is_dir():

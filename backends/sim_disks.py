@@ -63,16 +63,19 @@ latency varies more between drives than it rises in most degradations.
 from __future__ import annotations
 
 import numpy as np
-from mlfs.backends.settings import (
+
+from mlfs.abi import (
+    Objective,
+    Sample,
     Schema,
+    Subsystem,
+    Target,
     check_settings,
     defaults_from,
     number,
     text,
     tick_seconds,
 )
-
-from mlfs.abi import Objective, Sample, Subsystem, Target
 
 #: bump when any parameter below changes (each change needs its own published source)
 SIM_VERSION = 1

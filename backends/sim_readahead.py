@@ -107,9 +107,16 @@ import math
 from collections.abc import Mapping
 
 import numpy as np
-from mlfs.backends.settings import (
+
+from mlfs.abi import (
+    EXTRA_REFUSED,
+    Knob,
+    KnobValue,
+    Objective,
+    Sample,
     Schema,
     SettingError,
+    Subsystem,
     check_settings,
     defaults_from,
     list_of,
@@ -118,8 +125,6 @@ from mlfs.backends.settings import (
     tick_seconds,
     word,
 )
-
-from mlfs.abi import EXTRA_REFUSED, Knob, KnobValue, Objective, Sample, Subsystem
 
 __all__ = [
     "FEATURES",

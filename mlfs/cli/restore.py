@@ -16,7 +16,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
     """Put back every original knob value a state directory's ledger recorded."""
     import logging
 
-    from mlfs.backends.linux_common import restore_state_dir
+    from mlfs.backends.linux.ledger import restore_state_dir
 
     from ..core import statedir
 

@@ -17,7 +17,7 @@ import tomllib
 from pathlib import Path
 
 from mlfs.backends import create_subsystems
-from mlfs.backends.linux_vm import LinuxVM
+from mlfs.backends.linux.vm import LinuxVM
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "linux-vm-declared.toml"
 

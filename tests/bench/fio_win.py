@@ -61,7 +61,7 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from mlfs.backends.linux_common import parse_bracketed, read_text
+from mlfs.backends.linux.files import parse_bracketed, read_text
 
 from tests.bench import sweep as sweeps
 from tests.bench.fio_phases import MIB, FioStream, run_phase
@@ -161,7 +161,7 @@ WIN_KNOBS = {"queue": ("scheduler", "nr_requests"),
 #: median byte (linux.vm's bulk_write_kb_per_call, from /proc/<pid>/io): 1 MiB in
 #: checkpoint, 64 KiB in scratch and tempfiles, under every ratio, since the
 #: application chooses it; a second in which fio waits in fdatasync and only other
-#: processes write keeps the last second's size (linux_vm.BULK_MIN_MB_PER_S), where it
+#: processes write keeps the last second's size (linux.vm.BULK_MIN_MB_PER_S), where it
 #: read 0.0 and the policy chose 8 % for it (docs/bench/dirty-ratios.md).  The plain
 #: mean (write_kb_per_call) spread 243-990 KiB within checkpoint, diluted by other
 #: processes' small calls while fio waited in fdatasync, and the trees split the

@@ -20,7 +20,7 @@ import json
 import sys
 from pathlib import Path
 
-from mlfs.backends.linux_vm import SPECS as VM_SPECS
+from mlfs.backends.linux.vm import SPECS as VM_SPECS
 
 from mlfs.abi import knob_column
 from mlfs.core.efficiency import Pair

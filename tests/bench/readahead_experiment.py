@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from mlfs.backends.linux_block import LinuxBlock
+from mlfs.backends.linux.block import LinuxBlock
 from mlfs.backends.sim_readahead import throughput_curve
 
 MIB = 1 << 20

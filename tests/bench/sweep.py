@@ -46,9 +46,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from mlfs.backends.linux_block import specs_for
-from mlfs.backends.linux_common import KnobController
-from mlfs.backends.linux_vm import SPECS as VM_SPECS
+from mlfs.backends.linux.block import specs_for
+from mlfs.backends.linux.controller import KnobController
+from mlfs.backends.linux.vm import SPECS as VM_SPECS
 
 from tests.bench.fio_phases import run_phase
 from tests.bench.readahead_experiment import scratch_filesystem

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import mlfs.trainers.learner as learner
-from mlfs.backends.linux_vm import LinuxVM
+from mlfs.backends.linux.vm import LinuxVM
 from mlfs.backends.sim_readahead import SimReadahead
 
 import mlfs.abi as abi

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 from mlfs.backends import blktrace
-from mlfs.backends.linux_block import LinuxBlock
-from mlfs.backends.linux_common import UnavailableError
+from mlfs.backends.linux.block import LinuxBlock
+from mlfs.backends.linux.files import UnavailableError
 
 pytestmark = pytest.mark.skipif(blktrace.tracer_unavailable() is not None,
                                 reason=f"block tracepoints: {blktrace.tracer_unavailable()}")

@@ -15,9 +15,8 @@ import random
 
 import pytest
 from mlfs.backends import check_entry
-from mlfs.backends.settings import SettingError
 
-from mlfs.abi import Knob, Objective, Sample, Subsystem, subsystem_problems
+from mlfs.abi import Knob, Objective, Sample, SettingError, Subsystem, subsystem_problems
 from mlfs.config import parse_config
 from mlfs.core.efficiency import (
     EfficiencyWindow,
@@ -415,8 +414,8 @@ def test_declared_subsystems_take_settle_ticks_and_refuse_a_bad_one():
 
 
 def test_linux_backends_declare_the_carry_over_of_writeback_and_readahead():
-    from mlfs.backends.linux_block import specs_for
-    from mlfs.backends.linux_vm import SPECS
+    from mlfs.backends.linux.block import specs_for
+    from mlfs.backends.linux.vm import SPECS
 
     assert SPECS["dirty_ratio"].settle_ticks == SPECS["dirty_background_ratio"].settle_ticks > 0
     assert SPECS["swappiness"].settle_ticks == 0

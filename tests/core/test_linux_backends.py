@@ -1,7 +1,7 @@
 """The real Linux backends against the real /proc and /sys, without FUSE.
 
 What users trust these backends with is their running kernel, so most of
-these tests pin the safety promises of backends/linux_common.py: observe-only
+these tests pin the safety promises of backends/linux/__init__.py: observe-only
 never writes; an allowed knob is written within bounds and restored by
 release() and close(); a crash (the object dropped without close, or a
 process killed with SIGKILL) is repaired by the next construction; a value
@@ -26,12 +26,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import mlfs.backends.linux_files as kernel
+import mlfs.backends.linux.files as kernel
 import pytest
 from mlfs.backends import create_subsystems
-from mlfs.backends.linux_block import LinuxBlock, auto_devices, current_scheduler
-from mlfs.backends.linux_vm import FEATURES as VM_FEATURES
-from mlfs.backends.linux_vm import LinuxVM
+from mlfs.backends.linux.block import LinuxBlock, auto_devices, current_scheduler
+from mlfs.backends.linux.vm import FEATURES as VM_FEATURES
+from mlfs.backends.linux.vm import LinuxVM
 
 from mlfs.abi import Subsystem
 
@@ -91,7 +91,7 @@ def vm_guard() -> Iterator[dict[str, str]]:
 def writes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
     """Every kernel write the backends make, recorded (and still performed).
 
-    linux_files.write_text is the one place the controller and the ledger
+    linux.files.write_text is the one place the controller and the ledger
     write a kernel file (they call it through the module, so this spy sees it).
     """
     seen: list[tuple[str, str]] = []
@@ -487,7 +487,7 @@ def test_sigkilled_process_is_repaired_by_the_next_one(loop: str, queue: Path,
     original = read(queue / "read_ahead_kb")
     script = (
         "import os, signal\n"
-        "from mlfs.backends.linux_block import LinuxBlock\n"
+        "from mlfs.backends.linux.block import LinuxBlock\n"
         f"sub = LinuxBlock({loop!r}, measure_seconds=0, state_dir={str(tmp_path)!r},\n"
         "                 apply={'read_ahead_kb': [16, 4096]})\n"
         "sub.step({'read_ahead_kb': 2048})\n"

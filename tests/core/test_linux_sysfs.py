@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 from mlfs.backends import check_entry, create_subsystems
-from mlfs.backends.linux_sysfs import DeclaredSubsystem
-from mlfs.backends.linux_vm import FEATURES as VM_FEATURES
-from mlfs.backends.linux_vm import LinuxVM
-from mlfs.backends.settings import SettingError
+from mlfs.backends.linux.sysfs import DeclaredSubsystem
+from mlfs.backends.linux.vm import FEATURES as VM_FEATURES
+from mlfs.backends.linux.vm import LinuxVM
+
+from mlfs.abi import SettingError
 
 REPO = Path(__file__).resolve().parents[2]
 VM_DECLARED = REPO / "docs" / "examples" / "linux-vm-declared.toml"

@@ -10,7 +10,7 @@ import subprocess
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pytest
-from mlfs.backends.linux_bio import unavailable
+from mlfs.backends.linux.bio import unavailable
 
 from tests.harness import Mount, sh, wait_for
 

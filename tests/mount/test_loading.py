@@ -401,7 +401,7 @@ def test_a_name_the_state_directory_or_the_root_uses_is_refused_everywhere(mount
 
 
 def test_the_reserved_table_names_every_owners_entry():
-    from mlfs.backends.linux_ledger import LEDGER_DIR
+    from mlfs.backends.linux.ledger import LEDGER_DIR
 
     from mlfs.core import statedir
     from mlfs.core.hostid import HOST_FILE

@@ -14,17 +14,21 @@ from __future__ import annotations
 import math
 import random
 
-from mlfs.backends.settings import (
+from mlfs.abi import (
+    NAME,
+    Knob,
+    KnobValue,
+    Objective,
+    Sample,
     Schema,
     SettingError,
+    Subsystem,
     check_settings,
     defaults_from,
     number,
     text,
     tick_seconds,
 )
-
-from mlfs.abi import NAME, Knob, KnobValue, Objective, Sample, Subsystem
 
 DESCRIPTION = "simulated cache under a drifting working set (knob size_kb), in virtual time"
 

@@ -35,9 +35,15 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
-from mlfs.backends.settings import (
+
+from mlfs.abi import (
+    EXTRA_RECORDS_LOST,
+    EXTRA_REPORTS,
+    Objective,
+    Sample,
     Schema,
     SettingError,
+    Subsystem,
     check_settings,
     defaults_from,
     number,
@@ -45,8 +51,6 @@ from mlfs.backends.settings import (
     tick_seconds,
     word,
 )
-
-from mlfs.abi import EXTRA_RECORDS_LOST, EXTRA_REPORTS, Objective, Sample, Subsystem
 from mlfs.kernel_log import Blocks, Reports, classify, parse_record
 
 USES_STATE_DIR = True

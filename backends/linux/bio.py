@@ -3,10 +3,10 @@
 What `biosnoop` prints, as a dataset: one record per completed request (device, sector,
 bytes, operation and flags, issue and completion times and so latency, requests of its
 device in flight at issue, the submitting pid).  The kernel side is a BPF CO-RE program
-(backends/bpf/blkreq.bpf.c) on BTF-typed block tracepoints: block_rq_insert notes the
+(backends/linux/bpf/blkreq.bpf.c) on BTF-typed block tracepoints: block_rq_insert notes the
 submitter (at issue it is often a kworker), block_rq_issue the time and queue depth,
 block_rq_complete reserves a fixed 48-byte record in a BPF ring buffer and submits it.
-A small libbpf loader (backends/bpf/blkreq.c) drains the ring and copies the records to
+A small libbpf loader (backends/linux/bpf/blkreq.c) drains the ring and copies the records to
 a pipe in bulk; each tick the backend reads the pipe in one go and decodes the bytes
 with a numpy structured dtype: the proposal's shared memory with a producer and a
 consumer position, without a Python object per request.
@@ -38,16 +38,19 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-from mlfs.backends.settings import (
+
+from mlfs.abi import (
+    EXTRA_RECORDS_LOST,
+    Objective,
+    Sample,
     Schema,
     SettingError,
+    Subsystem,
     check_settings,
     defaults_from,
     text,
     tick_seconds,
 )
-
-from mlfs.abi import EXTRA_RECORDS_LOST, Objective, Sample, Subsystem
 
 ROOT_ONLY = True
 SOURCES = Path(__file__).resolve().parent / "bpf"
