@@ -10,8 +10,8 @@ from importlib import resources
 from pathlib import Path
 
 from .core.hostid import host_id_problem
+from .core.portion import StorePolicy
 from .core.readers import FREE_TASKS
-from .core.store import StorePolicy
 
 
 @dataclass(frozen=True)

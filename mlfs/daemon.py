@@ -26,9 +26,11 @@ from mlfs.backends import SettingError, create_subsystems, describe_backends, li
 from . import __version__, runfile
 from .config import Config
 from .core import metrics, statedir
+from .core.control import Control
 from .core.errors import error_line
-from .core.exchange import CONFIG, LOADED, Exchange
-from .core.loading import read_remembered
+from .core.exchange import Exchange
+from .core.loading import Loader
+from .core.runtime import LOADED
 from .fs.operations import Operations
 from .http import serve_metrics
 
@@ -151,52 +153,6 @@ def keep_info(exchange: Exchange) -> None:
         runtime.keep_info()
 
 
-def remembered_subsystems(state_dir: Path, configured: set[str]
-                          ) -> tuple[list, list[str]]:
-    """The subsystems loaded at run time before (STATE/loaded.json), built again.
-
-    The configuration wins a name clash (the remembered load is skipped).  A
-    remembered load that cannot be built (its backend uninstalled, a device
-    gone) never blocks the mount: it is reported (log, MOUNT/errors), kept
-    for a later mount, and the ledger's originals of every knob no live
-    subsystem owns are put back.
-    """
-    built, problems = [], []
-    orphaned = False
-    for item in read_remembered(state_dir):
-        reserved = statedir.subsystem_name_problem(item.name)
-        if reserved:  # remembered by an mlfs that did not reserve it yet
-            problems.append(f"remembered load of {item.name!r} skipped: {reserved}")
-            log.error("%s", problems[-1])
-            continue
-        if item.name in configured or any(s.name == item.name for s in built):
-            problems.append(f"remembered load of {item.name!r} skipped: the configuration "
-                            "serves that name")
-            log.warning("%s", problems[-1])
-            continue
-        try:
-            subsystems = create_subsystems([item.entry], state_dir)
-            if [s.name for s in subsystems] != [item.name]:
-                for subsystem in subsystems:
-                    subsystem.close()
-                raise SettingError("name", f"the settings now make "
-                                   f"{[s.name for s in subsystems]}")
-        except Exception as exc:  # a plugin's constructor: anything may happen
-            orphaned = True
-            problems.append(f"remembered load of {item.name!r} (backend "
-                            f"{item.entry.get('backend')!r}) not served: {exc}")
-            log.error("%s", problems[-1])
-            continue
-        log.info("%s: loaded again (remembered in %s)", item.name, statedir.LOADED_FILE)
-        built.extend(subsystems)
-    if orphaned:
-        try:
-            mlfs.backends.restore_orphans(state_dir)
-        except OSError as exc:
-            log.error("ledger: originals not restored: %s", exc)
-    return built, problems
-
-
 #: the descriptors the daemon asks for (soft RLIMIT_NOFILE, up to the hard limit)
 WANTED_FILES = 65536
 
@@ -247,18 +203,19 @@ def serve(mountpoint: Path, config: Config, state_dir: Path, ready_fd: int | Non
     except SettingError as exc:  # e.g. a plugin's subsystem the core cannot serve
         log.error("configuration: %s", exc)
         return 2
-    loaded, problems = remembered_subsystems(state_dir, {s.name for s in subsystems})
-    sources = {s.name: CONFIG for s in subsystems} | {s.name: LOADED for s in loaded}
-    exchange = Exchange(config, state_dir, subsystems + loaded, backends=mlfs.backends,
-                        sources=sources)
+    exchange = Exchange(config, state_dir, subsystems, backends=mlfs.backends)
+    loader = Loader(exchange)
+    loaded, problems = loader.build_remembered({s.name for s in subsystems})
+    exchange.add(loaded, LOADED)
     for problem in problems:  # shown in MOUNT/errors as a refused root command is
         exchange.root_errors.append(error_line("loaded.json", problem, "(at mount)"))
+    control = Control(exchange, loader)
     backends, problems = describe_backends()
     for problem in problems:
         log.warning("%s", problem)  # a plugin that fails to import never stops the mount
     keep_info(exchange)
-    ops = Operations(exchange, version_text=f"mlfs {__version__}\n",
-                     metrics=lambda: metrics.render(exchange),
+    ops = Operations(control, version_text=f"mlfs {__version__}\n",
+                     metrics=lambda: metrics.render(exchange, loader),
                      gid=_group_id(config.mount.group),
                      backends_text=listing_text(backends))
     options = set(pyfuse3.default_options)
@@ -298,7 +255,8 @@ async def _serve(exchange: Exchange, ops: Operations, config: Config,
     async with trio.open_nursery() as nursery:
         await nursery.start(exchange.run)
         if config.mount.metrics_port:  # listening before `mlfs mount` returns
-            await nursery.start(serve_metrics, lambda: metrics.render(exchange),
+            await nursery.start(serve_metrics,
+                                lambda: metrics.render(exchange, ops.control.loader),
                                 config.mount.metrics_address, config.mount.metrics_port)
         nursery.start_soon(_on_signals, exchange, ops)
         nursery.start_soon(_announce_ready, ready_fd, exchange)

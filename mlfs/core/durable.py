@@ -71,3 +71,27 @@ def set_aside(path: Path, reason: str) -> Path | None:
         return None
     log.error("%s is damaged (%s); set aside as %s", path, reason, target.name)
     return target
+
+
+def fdatasync_file(path: Path) -> None:
+    """fdatasync one file by name; a file already gone is fine (its rows are elsewhere)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return
+    try:
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+
+
+def cut_tail(path: Path, tail: int) -> None:
+    """Cut the last `tail` bytes off a file (a half-written line); logged if it cannot be."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            os.ftruncate(fd, os.fstat(fd).st_size - tail)
+        finally:
+            os.close(fd)
+    except OSError as exc:  # the torn line is skipped (last line) or quarantined
+        log.error("%s: a half-written line could not be cut off: %s", path, exc)

@@ -24,8 +24,9 @@ import time
 
 from .. import __version__
 from .exchange import Exchange
+from .loading import Loader
+from .model_files import MODES, STATES
 from .modes import efficiency_interval
-from .proxy import MODES, STATES
 
 
 def _esc(value: str) -> str:
@@ -141,7 +142,7 @@ def _process(w: _Writer) -> None:
              usage.ru_maxrss * 1024)
 
 
-def render(exchange: Exchange) -> str:
+def render(exchange: Exchange, loader: Loader | None = None) -> str:
     w = _Writer()
     w.metric("mlfs_build_info", "gauge", "Always 1; the version of mlfs serving the mount.", 1,
              version=__version__)
@@ -166,12 +167,13 @@ def render(exchange: Exchange) -> str:
              "(EMFILE/ENFILE).", exchange.readers.refused_handles)
     w.metric("mlfs_loads_abandoned_total", "counter",
              "Run-time loads whose backend did not answer in time (ETIMEDOUT to the writer).",
-             exchange.builds_abandoned)
+             loader.builds_abandoned if loader else 0)
     w.metric("mlfs_loads_waiting", "gauge",
              "Run-time loads waiting for their backend now (each at most 2 s).",
-             exchange.loads_waiting)
+             loader.loads_waiting if loader else 0)
     w.metric("mlfs_loads_stuck", "gauge",
-             "Abandoned loads whose backend thread has not ended yet.", exchange.builds_running)
+             "Abandoned loads whose backend thread has not ended yet.",
+             loader.builds_running if loader else 0)
     w.metric("mlfs_mount_emergency_pinned", "gauge",
              "1 while the operator's mount-wide emergency pin (MOUNT/control) holds.",
              1 if exchange.emergency_pinned else 0)

@@ -11,43 +11,43 @@ from __future__ import annotations
 
 import collections
 import errno
-import json
 import logging
 import math
 import time
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from types import MappingProxyType
 
 import pyarrow as pa
 
-from mlfs.abi import KnobValue, knob_column
+from mlfs.abi import KnobValue, Settling, knob_column
 
 from . import modes
 from .clock import now_us, rfc3339
+from .context import ModelOwner
 from .durable import set_aside, write_durably
-from .efficiency import (
-    EfficiencyWindow,
-    Hold,
-    Interleaving,
-    Settling,
-    episode_ticks,
-    pair_span,
-)
+from .efficiency import EfficiencyWindow
+from .episodes import Hold, Interleaving, episode_ticks, pair_span
 from .errors import Refused, busy, error_line, invalid
+from .model_files import (
+    MODEL_SETTINGS,
+    MODES,
+    POLICY_FILE,
+    feedback_schema,
+    journal_schema,
+    read_settings,
+    save_settings,
+)
 from .policy import Policy, PolicyRemoved, check_in_subprocess
-from .store import PortionStore, StoreError, errno_name
+from .portion import Portion, StoreError, StoreOwner, errno_name
+from .store import PortionStore
 from .text import decode_text, escape_input, one_word, parse_recommendations
 from .verifier import verify
 
-if TYPE_CHECKING:
-    from .exchange import SubsystemRuntime
-
 log = logging.getLogger("mlfs.proxy")
 
-STATES = ("initialized", "started", "running", "stopped")
-MODES = ("emergency", "learning", "collaboration", "recommendation")
 ERRORS_KEPT = 100
 #: modes only root may pin a model to (they skip the proxy's efficiency gate)
 ROOT_ONLY_PINS = frozenset({"recommendation"})
@@ -79,55 +79,22 @@ class Decision:
     recommendation_id: int | None
 
 
-def journal_schema() -> pa.Schema:
-    return pa.schema([
-        ("seq", pa.int64()),
-        ("id", pa.int64()),
-        ("ts", pa.timestamp("us", tz="UTC")),
-        ("tick", pa.int64()),
-        ("model", pa.string()),
-        ("line", pa.string()),
-        ("status", pa.string()),
-        ("reason", pa.string()),
-        ("expect", pa.float64()),
-        ("ttl", pa.int64()),
-    ])
-
-
-def feedback_schema(runtime: SubsystemRuntime) -> pa.Schema:
-    fields = [
-        ("tick", pa.int64()),
-        ("ts", pa.timestamp("us", tz="UTC")),
-        ("model", pa.string()),
-        ("source", pa.string()),
-        ("recommendation_id", pa.int64()),
-    ]
-    fields += runtime.knob_fields() + runtime.feature_fields()
-    fields += [
-        ("expected", pa.float64()),
-        ("observed", pa.float64()),
-        ("baseline", pa.float64()),
-        ("efficiency", pa.float64()),
-        ("error", pa.float64()),
-    ]
-    return pa.schema(fields)
-
-
 class ModelProxy:
-    def __init__(self, runtime: SubsystemRuntime, name: str, directory: Path,
+    def __init__(self, runtime: ModelOwner, name: str, directory: Path,
                  generation: int) -> None:
         self.runtime = runtime
         self.name = name
         self.directory = directory
         self.generation = generation  # never reused: a re-created model is a new object
-        self.config = runtime.exchange.config.modes
-        self.bus = runtime.exchange.bus
+        self.config = runtime.mount.config.modes
+        self.bus = runtime.mount.bus
         directory.mkdir(parents=True, exist_ok=True)
-        store_config = runtime.exchange.config.store
+        store_config = runtime.mount.config.store
         self.journal = PortionStore(directory / "recommendations", journal_schema(), "seq",
                                     store_config.journal(), runtime.watch, "journal")
         self.feedback = PortionStore(directory / "feedback", self._feedback_schema(runtime),
                                      "tick", store_config.feedback(), runtime.watch, "feedback")
+        self.feedback.owner = StoreOwner(runtime.name, "feedback", f"{self.path}/feedback", name)
         self.state = "initialized"
         self.destroyed = False  # rmdir'd: a late write must not land in a successor's files
         self.mode = "learning"
@@ -141,14 +108,14 @@ class ModelProxy:
         self.policy: Policy | None = None
         self.policy_loaded_ns = 0
         #: seconds for trainer silence (the only wall-time rule of the modes: ModeConfig);
-        #: the exchange's, time.monotonic unless a test drives it in virtual time
-        self.clock = runtime.exchange.clock
+        #: the mount's, time.monotonic unless a test drives it in virtual time
+        self.clock = runtime.mount.clock
         self.last_trainer_input = self.clock()
         # knobs with carry-over (Knob.settle_ticks): episodes and settling ticks
         self._settle = {name: knob.settle_ticks for name, knob in runtime.subsystem.knobs.items()}
         self.settling = Settling(self._settle)
         self.interleaving = Interleaving(zlib.crc32(name.encode()))
-        self.hold = Hold()
+        self.policy_hold = Hold()
         self.window.max_span = pair_span(self.carry_over())
         self._last_transition_tick = runtime.next_tick
         self._ml_since_transition = 0
@@ -161,31 +128,22 @@ class ModelProxy:
         self.mode_history: collections.deque[tuple[str, str, str]] = collections.deque(maxlen=50)
         self._journal_seq = (self.journal.last_key or 0)
         self._load()
-        if runtime.exchange.emergency_pinned:  # created (or reloaded) under the pin
+        if runtime.mount.emergency_pinned:  # created (or reloaded) under the pin
             self.mode, self.emergency_cause = "emergency", "operator"
             self.mode_history.append((rfc3339(), "emergency", OPERATOR_PIN))
 
     #: what the model's recommendations are: knob settings (a predictor: predictions)
     kind = "knobs"
 
-    def _feedback_schema(self, runtime: SubsystemRuntime) -> pa.Schema:
+    def _feedback_schema(self, runtime: ModelOwner) -> pa.Schema:
         return feedback_schema(runtime)
 
     # ---- persistence ------------------------------------------------------
-    @staticmethod
-    def prepare_directory(directory: Path, runtime: SubsystemRuntime) -> None:
-        """Lay out a new model's directory; its settings file, written last, marks it whole."""
-        (directory / "recommendations").mkdir()
-        (directory / "feedback").mkdir()
-        settings = {"knobs": list(runtime.subsystem.knobs), "pinned": None,
-                    "state": "initialized"}
-        write_durably(directory / "model.json", json.dumps(settings).encode())
-
     def _settings_path(self) -> Path:
-        return self.directory / "model.json"
+        return self.directory / MODEL_SETTINGS
 
     def _policy_path(self) -> Path:
-        return self.directory / "policy.txt"
+        return self.directory / POLICY_FILE
 
     def _load(self) -> None:
         """Read back model.json and policy.txt; what fails validation is set aside.
@@ -199,7 +157,8 @@ class ModelProxy:
         path = self._settings_path()
         saved = None
         try:
-            saved = self._settings_from(path.read_bytes())
+            saved = read_settings(path.read_bytes(), self.runtime.subsystem.knobs,
+                                  self.runtime.name)
         except FileNotFoundError:
             pass
         except OSError as exc:
@@ -237,34 +196,6 @@ class ModelProxy:
         except Exception as exc:  # LightGBM refused what the verifier let through
             self._state_damaged(path, f"does not load: {str(exc)[:200]}")
 
-    def _settings_from(self, data: bytes) -> dict:
-        """model.json checked field by field (Refused with the field's name)."""
-        try:
-            saved = json.loads(data)
-        except (ValueError, RecursionError) as exc:  # RecursionError: [[[[...]]]]
-            raise invalid(f"not JSON: {str(exc)[:100]}") from None
-        if not isinstance(saved, dict):
-            raise invalid(f"not a JSON object but {type(saved).__name__}")
-        unknown = set(saved) - {"knobs", "pinned", "state"}
-        if unknown:
-            raise invalid(f"unknown field {sorted(unknown)[0][:40]!r}")
-        knobs = saved.get("knobs", [])
-        if not isinstance(knobs, list) or not all(isinstance(k, str) for k in knobs):
-            raise invalid("knobs is not a list of knob names")
-        for name in knobs:
-            if name not in self.runtime.subsystem.knobs:
-                raise invalid(f"knobs: {name[:40]!r} is not a knob of {self.runtime.name}")
-        if len(set(knobs)) != len(knobs):
-            raise invalid("knobs: a knob is named twice")
-        pinned = saved.get("pinned")
-        if pinned is not None and pinned not in MODES:
-            raise invalid(f"pinned is {str(pinned)[:40]!r}, not null or one of {' '.join(MODES)}")
-        state = saved.get("state", "initialized")
-        if state not in STATES:
-            raise invalid(f"state is {str(state)[:40]!r}, not one of {' '.join(STATES)}")
-        return {"knobs": [k for k in self.runtime.subsystem.knobs if k in knobs],
-                "pinned": pinned, "state": state}
-
     def _state_damaged(self, path: Path, reason: str) -> None:
         """A state file failed validation: set it aside, say so in errors (and the log)."""
         moved = set_aside(path, f"{self.runtime.name}/{self.name}: {reason}")
@@ -272,8 +203,7 @@ class ModelProxy:
         self.errors.append(f"{rfc3339()} {path.name} {reason} ({where})")
 
     def _save(self) -> None:
-        write_durably(self._settings_path(), json.dumps(
-            {"knobs": self.controlled, "pinned": self.pinned, "state": self.state}).encode())
+        save_settings(self.directory, self.controlled, self.pinned, self.state)
 
     # ---- shown attributes -------------------------------------------------
     @property
@@ -299,6 +229,11 @@ class ModelProxy:
         self._state = new
         self.runtime.models_changed()
 
+    def portion_views(self) -> dict[str, Mapping[int, Portion]]:
+        """recommendations/ and feedback/: sealed portions, live and read-only."""
+        return {"recommendations": MappingProxyType(self.journal.portions),
+                "feedback": MappingProxyType(self.feedback.portions)}
+
     def efficiency_text(self) -> str:
         value = self.window.stats().efficiency
         return "nan\n" if math.isnan(value) else f"{value:.3f}\n"
@@ -314,7 +249,7 @@ class ModelProxy:
         """Record a refused input everywhere it must show, and return it to raise."""
         shown = escape_input(data)
         self.errors.append(error_line(file, exc.reason, shown))
-        self.runtime.exchange.count_error(self.runtime.name, file)
+        self.runtime.mount.count_error(self.runtime.name, file)
         log.warning("%s/%s: %s refused (%s): %s", self.runtime.name, self.name, file,
                     exc.reason, shown)
         if file == "recommend":
@@ -446,7 +381,7 @@ class ModelProxy:
         }, strict=strict)
         self._journal_seq = seq
         self.counts[status] += 1
-        self.runtime.exchange.count_recommendation(status)
+        self.runtime.mount.count_recommendation(status)
         return seq
 
     def _finish(self, rec: Recommendation, status: str, reason: str) -> None:
@@ -486,7 +421,7 @@ class ModelProxy:
                 reason = f"journal not writable: {errno_name(exc)}"
                 self.withdraw(ids, reason)
                 self.errors.append(f"{rfc3339()} recommend {reason}: {escape_input(data)}")
-                self.runtime.exchange.count_error(self.runtime.name, "recommend")
+                self.runtime.mount.count_error(self.runtime.name, "recommend")
                 log.error("%s/%s: recommend failed (%s): %s", self.runtime.name, self.name,
                           reason, escape_input(data))
                 raise Refused(exc.errno, reason) from None
@@ -508,6 +443,15 @@ class ModelProxy:
         if self.current is not None and self.current.valid_at(self.runtime.next_tick):
             self._finish(self.current, "superseded", f"superseded by {rec_id}")
         self.current = rec
+
+    @property
+    def journal_wal(self):
+        """The write-ahead file holding the last accepted recommendation (`sync_journal`)."""
+        return self.journal.strict_path
+
+    def sync_journal(self, wal) -> None:
+        """fdatasync the journal's write-ahead file `wal` (a worker thread; OSError)."""
+        self.journal.sync(wal)
 
     def withdraw(self, ids: list[int], reason: str) -> None:
         """Accepted rows whose write failed after all: no longer in effect."""
@@ -624,7 +568,7 @@ class ModelProxy:
                 self._remove_policy(f"failed: {type(exc).__name__}: {str(exc)[:200]}")
                 return None
             if self.carry_over():
-                knobs, expected = self.hold(tick, knobs, expected, self.episode_ticks(),
+                knobs, expected = self.policy_hold(tick, knobs, expected, self.episode_ticks(),
                                             current)
             return Decision(dict(knobs), expected, "policy", None)
         return None

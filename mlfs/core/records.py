@@ -31,16 +31,16 @@ import pyarrow.compute as pc
 from mlfs.abi import EXTRA_RECORDS_LOST, RECORD_CORE_COLUMNS, RECORD_TYPES
 
 from .durable import set_aside, write_durably
-from .store import (
+from .portion import (
     Batch,
     Portion,
-    PortionStore,
     StoreError,
     StorePolicy,
     StoreWatch,
     portion_name,
     write_portion_file,
 )
+from .store import PortionStore
 
 log = logging.getLogger("mlfs.records")
 
@@ -249,7 +249,7 @@ def keep_records(runtime, tick: int, sample) -> pa.Table | None:
         table = to_table(sample.records, store.fields)
     except RecordsRefused as exc:
         runtime.records_refused += 1
-        runtime.exchange.count_error(runtime.name, "records")
+        runtime.mount.count_error(runtime.name, "records")
         log.error("%s: tick %d's records refused: %s", runtime.name, tick, exc)
         return None
     try:

@@ -16,14 +16,10 @@ Faults are conditions, not crashes (see docs/operators.md, limits and faults):
   WAL files and is retried *before* any later batch: portions stay in key
   order, so replay's rule "a row at or below the newest sealed key is
   already kept" stays true.
-- Rows that cannot be encoded (a value out of a column's range or of the
-  wrong type) and WAL lines that are not a row of this schema are written to
-  `quarantine/` as JSON lines, logged and counted, never dropped.  Only a
-  torn last line (no newline) of the newest WAL is skipped without a trace:
-  its write never returned, so nobody was told it was kept.
-- No file descriptor is held between writes: the WAL is opened, appended and
-  closed per flush, so an idle store costs no descriptor (10,000 models at 2
-  fds each exhausted the daemon's RLIMIT_NOFILE).
+- Rows no portion can hold go to `quarantine/` (quarantine.py), never dropped;
+  only a torn last line of the newest WAL (a write that never returned) is skipped.
+- No descriptor is held between writes (the WAL is opened per flush): an idle
+  store costs none (10,000 models at 2 fds each exhausted RLIMIT_NOFILE).
 - A store with work to do (queued lines, pending rows, failed batches) sits in
   its `StoreWatch.dirty` set; the seal loop visits only those.
 """
@@ -35,129 +31,39 @@ import json
 import logging
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .durable import fsync_dir, set_aside, write_durably
+from .durable import cut_tail, fdatasync_file, fsync_dir, write_durably
+from .portion import (
+    COUNTER_FILE,
+    WAL_PREFIX,
+    Batch,
+    Portion,
+    StoreError,
+    StoreOwner,
+    StorePolicy,
+    StoreWatch,
+    errno_name,
+    held_back,
+    portion_name,
+    read_counter,
+    retention_due,
+    scan_portions,
+    state_root,
+    wal_seq,
+    write_portion_file,
+)
+from .quarantine import ENCODE_ERRORS, check_line, quarantine, row_lines, split_unencodable
 from .shipped import ShippedCursors
-from .statedir import FORMAT_FILE
 
 log = logging.getLogger("mlfs.store")
 
-PORTION_SUFFIX = ".parquet"
-_WAL_PREFIX = "wal."
-QUARANTINE_DIR = "quarantine"
 #: seconds between retries of a failed seal (each retry encodes the batch again)
 SEAL_RETRY_SECONDS = 1.0
-#: what pyarrow raises for a value it can never encode: quarantine, do not retry
-ENCODE_ERRORS = (ValueError, OverflowError, TypeError, pa.ArrowInvalid, pa.ArrowTypeError,
-                 pa.ArrowNotImplementedError)
-
-
-def portion_name(number: int) -> str:
-    return f"{number:010d}{PORTION_SUFFIX}"
-
-
-def _portion_number(name: str) -> int | None:
-    """The number of `0000000007.parquet` and of its set-aside `.damaged` names."""
-    stem = name.split(".", 1)[0]
-    return int(stem) if stem.isdigit() and len(stem) == 10 else None
-
-
-def _wal_seq(path: Path) -> int | None:
-    parts = path.name.split(".")
-    if len(parts) == 3 and parts[1].isdigit() and parts[2] == "jsonl":
-        return int(parts[1])
-    return None
-
-
-def errno_name(exc: BaseException) -> str:
-    code = getattr(exc, "errno", None)
-    return errno.errorcode.get(code, type(exc).__name__) if code else type(exc).__name__
-
-
-@dataclass(frozen=True)
-class Portion:
-    number: int
-    path: Path
-    size: int
-    rows: int
-    mtime_ns: int
-
-    @property
-    def name(self) -> str:
-        return portion_name(self.number)
-
-
-@dataclass
-class Batch:
-    """Rows taken out of the buffer, waiting to be written as one portion.
-
-    `wal_paths` hold its rows on disk until the portion is durable (more than
-    one after a restart: replayed rows stay in the files they came from).
-    """
-
-    number: int
-    columns: dict[str, list]
-    rows: int
-    wal_paths: list[Path]
-
-    @property
-    def wal_path(self) -> Path:
-        return self.wal_paths[-1]
-
-
-@dataclass(frozen=True)
-class StorePolicy:
-    seal_rows: int = 4096
-    seal_seconds: float = 10.0
-    retention_bytes: int = 1 << 30
-    retention_count: int = 1000
-    #: fsync the WAL on every append (the recommendation journal)
-    durable: bool = False
-    #: rows kept in memory (pending, failed batches) before the store is full
-    max_waiting_rows: int = 65536
-    #: bytes of portions a fleet pusher has not shipped yet that retention keeps
-    #: beyond `retention_bytes` (mlfs/core/shipped.py); 0: retention never waits
-    fleet_backlog_bytes: int = 1 << 28
-
-
-@dataclass
-class StoreWatch:
-    """The stores of one owner (a subsystem and its models) that need attention.
-
-    `dirty`: stores with queued lines, pending rows or failed batches (the
-    seal loop visits only these, so idle models cost nothing per pass).
-    `failing`: stores whose last flush or seal failed, with the reason; while
-    one fails the subsystem is in a critical state.
-    """
-
-    dirty: set = field(default_factory=set)
-    failing: dict = field(default_factory=dict)
-    failures_total: int = 0
-    quarantined_rows_total: int = 0
-
-    def reason(self) -> str | None:
-        for store, reason in self.failing.items():
-            return f"storage: {reason} writing {store.kind}"
-        return None
-
-    def full(self) -> bool:
-        return any(store.full for store in self.dirty)
-
-    def error(self) -> tuple[int, str] | None:
-        """(errno, "ENOSPC writing dataset") of the first failing store."""
-        for store, reason in self.failing.items():
-            return (store.error or (errno.EIO, ""))[0], f"{reason} writing {store.kind}"
-        return None
-
-
-class StoreError(OSError):
-    """A write that cannot be made durable now (carries the underlying errno)."""
 
 
 class PortionStore:
@@ -186,6 +92,8 @@ class PortionStore:
         self._flush_error: tuple[int, str] | None = None
         self._seal_error: tuple[int, str] | None = None
         self.closed = False
+        #: who the store belongs to, for the event announcing a new portion (None: no event)
+        self.owner: StoreOwner | None = None
         self.strict_path = self._wal_path()  # the WAL of the last strict row
         self.sealing = 0  # batches handed to a thread, not yet committed
         self.rows_total = 0
@@ -196,47 +104,17 @@ class PortionStore:
         #: unshipped portions retention removed anyway (the fleet backlog limit)
         self.fleet_lost_total = 0
         self.last_key: int | None = None
-        root = _state_root(self.directory)
+        root = state_root(self.directory)
         self._shipped = ShippedCursors(root) if root is not None else None
         self._recover()
 
     # ---- start-up -------------------------------------------------------
     def _counter_path(self) -> Path:
-        return self.directory / "next_portion"
-
-    def _read_counter(self, highest: int) -> int:
-        path = self._counter_path()
-        try:
-            text = path.read_text().strip()
-        except FileNotFoundError:
-            return 0
-        except (OSError, UnicodeDecodeError) as exc:
-            text = f"<unreadable: {exc}>"
-        if text.isdigit() and int(text) < 1 << 62:
-            return int(text)
-        set_aside(path, f"next_portion {text[:40]!r} is not a number; recomputed as "
-                        f"{highest + 1} from the portions")
-        return 0
+        return self.directory / COUNTER_FILE
 
     def _recover(self) -> None:
-        for tmp in self.directory.glob("*.tmp"):
-            tmp.unlink(missing_ok=True)
-        highest = 0  # damaged portions count too: a name once shown is never reused
-        for path in sorted(self.directory.iterdir()):
-            number = _portion_number(path.name)
-            if number is None:
-                continue
-            highest = max(highest, number)
-            if path.name != portion_name(number):
-                continue  # a portion set aside earlier
-            try:
-                st = path.stat()
-                rows = pq.ParquetFile(path).metadata.num_rows
-            except Exception as exc:  # a damaged file is kept aside, never served
-                set_aside(path, f"unreadable portion: {exc}")
-                continue
-            self.portions[number] = Portion(number, path, st.st_size, rows, st.st_mtime_ns)
-        self._next = max(self._read_counter(highest), highest + 1, 1)
+        self.portions, highest = scan_portions(self.directory)
+        self._next = max(read_counter(self.directory, highest), highest + 1, 1)
         if self.portions:
             last = self.portions[max(self.portions)]
             column = pq.read_table(last.path, columns=[self.key]).column(0)
@@ -251,8 +129,8 @@ class PortionStore:
         The files are kept: they hold those rows until the next portion is
         durable (rewriting them would need space a full disk may not have).
         """
-        wals = sorted((p for p in self.directory.glob(_WAL_PREFIX + "*.jsonl")
-                       if _wal_seq(p) is not None), key=_wal_seq)
+        wals = sorted((p for p in self.directory.glob(WAL_PREFIX + "*.jsonl")
+                       if wal_seq(p) is not None), key=wal_seq)
         floor = self.last_key  # keys rise: a row at or below it is already kept
         replayed = 0
         for index, wal in enumerate(wals):
@@ -266,7 +144,7 @@ class PortionStore:
             elif torn:
                 bad.append(torn)
             for raw in lines:
-                row, why = self._check_line(raw)
+                row, why = check_line(raw, self._types)
                 if row is None:
                     bad.append(raw)
                     log.error("%s: write-ahead line refused (%s): %.200r", wal, why, raw)
@@ -282,7 +160,7 @@ class PortionStore:
                 continue  # left on disk, outside any batch: the next start tries again
             self._wal_paths.append(wal)
         if wals:
-            self._wal_seq = _wal_seq(wals[-1]) + 1
+            self._wal_seq = wal_seq(wals[-1]) + 1
         if replayed:
             log.info("%s: %d rows recovered from the write-ahead file", self.directory, replayed)
         else:  # every row is in a portion or in quarantine already
@@ -292,28 +170,10 @@ class PortionStore:
         if self._wal_paths:
             self.watch.dirty.add(self)
 
-    def _check_line(self, raw: bytes) -> tuple[dict | None, str]:
-        """A WAL line as a row of this schema, or None and why not."""
-        try:
-            row = json.loads(raw)
-        except ValueError as exc:
-            return None, f"not JSON: {exc}"
-        if not isinstance(row, dict):
-            return None, f"a JSON {type(row).__name__}, not an object"
-        for name, value in row.items():
-            kind = self._types.get(name)
-            if kind is None or value is None:
-                continue
-            if not _fits(kind, value):
-                return None, f"field {name!r}: {value!r} does not fit {kind}"
-        return row, ""
-
     def _quarantine_lines(self, name: str, lines: list[bytes]) -> bool:
         """Keep lines no portion can hold beside the store (idempotent per WAL)."""
-        target = self.directory / QUARANTINE_DIR / name
         try:
-            target.parent.mkdir(exist_ok=True)
-            write_durably(target, b"".join(line + b"\n" for line in lines))
+            target = quarantine(self.directory, name, lines)
         except OSError as exc:
             log.error("%s: %d write-ahead line(s) refused and not quarantined (%s); the "
                       "write-ahead file is kept", self.directory, len(lines), exc)
@@ -399,23 +259,13 @@ class PortionStore:
             # give back what was not written; cut a half-written own line off the file
             written = earlier + len(line) - len(self._wal_buf)
             if written > earlier:
-                self._truncate_wal(written - earlier)
+                cut_tail(self._wal_path(), written - earlier)
             del self._wal_buf[max(earlier - written, 0):]
             raise StoreError(exc.errno or errno.EIO, os.strerror(exc.errno or errno.EIO)) \
                 from exc
 
-    def _truncate_wal(self, tail: int) -> None:
-        try:
-            fd = os.open(self._wal_path(), os.O_WRONLY | os.O_CLOEXEC)
-            try:
-                os.ftruncate(fd, os.fstat(fd).st_size - tail)
-            finally:
-                os.close(fd)
-        except OSError as exc:  # the torn line is skipped (last line) or quarantined
-            log.error("%s: a half-written line could not be cut off: %s", self.directory, exc)
-
     def _wal_path(self) -> Path:
-        return self.directory / f"{_WAL_PREFIX}{self._wal_seq}.jsonl"
+        return self.directory / f"{WAL_PREFIX}{self._wal_seq}.jsonl"
 
     def flush_wal(self, raise_errors: bool = False) -> bool:
         """Write the queued write-ahead lines with one write(2); True when all are out.
@@ -457,14 +307,7 @@ class PortionStore:
         may rotate the WAL meanwhile).  A WAL already removed is fine: it goes
         only after the portion holding its rows is durable.
         """
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return
-        try:
-            os.fdatasync(fd)
-        finally:
-            os.close(fd)
+        fdatasync_file(path)
 
     def due(self, now: float | None = None) -> bool:
         now = time.monotonic() if now is None else now
@@ -545,7 +388,7 @@ class PortionStore:
         try:
             table = self._encode(batch.columns)
         except ENCODE_ERRORS as exc:
-            good, bad_rows = self._split_unencodable(batch.columns)
+            good, bad_rows = split_unencodable(batch.columns, self.schema)
             self._quarantine_rows(batch.number, bad_rows, exc)
             table = self._encode(good) if len(good[self.schema[0].name]) else None
         final = self.directory / portion_name(batch.number)
@@ -561,33 +404,8 @@ class PortionStore:
         arrays = [pa.array(columns[f.name], type=f.type) for f in self.schema]
         return pa.Table.from_arrays(arrays, schema=self.schema)
 
-    def _split_unencodable(self, columns: dict[str, list]) -> tuple[dict[str, list], list[dict]]:
-        names = list(columns)
-        rows = [dict(zip(names, values, strict=True))
-                for values in zip(*columns.values(), strict=True)]
-        bad: set[int] = set()
-        for f in self.schema:
-            values = columns[f.name]
-            try:
-                pa.array(values, type=f.type)
-                continue
-            except ENCODE_ERRORS:
-                pass
-            for i, value in enumerate(values):
-                try:
-                    pa.array([value], type=f.type)
-                except ENCODE_ERRORS:
-                    bad.add(i)
-        good = {name: [v for i, v in enumerate(vals) if i not in bad]
-                for name, vals in columns.items()}
-        return good, [rows[i] for i in sorted(bad)]
-
     def _quarantine_rows(self, number: int, rows: list[dict], exc: BaseException) -> None:
-        target = self.directory / QUARANTINE_DIR / f"{number:010d}.jsonl"
-        target.parent.mkdir(exist_ok=True)
-        data = b"".join(json.dumps(row, separators=(",", ":"), default=str).encode() + b"\n"
-                        for row in rows)
-        write_durably(target, data)
+        target = quarantine(self.directory, f"{number:010d}.jsonl", row_lines(rows))
         self.quarantined_rows += len(rows)
         self.watch.quarantined_rows_total += len(rows)
         log.error("%s: %d row(s) of portion %d cannot be encoded (%s); quarantined in %s",
@@ -633,25 +451,13 @@ class PortionStore:
         oldest of them go after all (retention wins), each counted and logged
         here, and counted again by the pusher, which finds the gap.
         """
-        order = sorted(self.portions)
-        count, total = len(order), sum(p.size for p in self.portions.values())
-        due = 0  # what retention alone removes: the `due` oldest
-        while count - due > 1 and (count - due > self.policy.retention_count
-                                   or total > self.policy.retention_bytes):
-            total -= self.portions[order[due]].size
-            due += 1
+        due = retention_due(self.portions, self.policy)
         if not due:
             return []
         shipped = self._shipped.shipped(self.directory) if self._shipped is not None else None
-        held = [n for n in order[:due] if shipped is not None and n > shipped]
-        held_bytes = sum(self.portions[n].size for n in held)
-        lost: list[int] = []
-        while held and held_bytes > self.policy.fleet_backlog_bytes:
-            number = held.pop(0)
-            held_bytes -= self.portions[number].size
-            lost.append(number)
+        held, lost = held_back(self.portions, due, shipped, self.policy.fleet_backlog_bytes)
         removed: list[Portion] = []
-        for number in order[:due]:
+        for number in due:
             if number in held:
                 continue
             oldest = self.portions.pop(number)
@@ -695,43 +501,3 @@ class PortionStore:
         return pa.concat_tables(tables)
 
 
-_INT64 = 1 << 63
-
-
-def write_portion_file(table: pa.Table, final: Path, **options) -> os.stat_result:
-    """Write `table` as the Parquet file `final` so that it is complete before its name
-    exists (a tmp file, fsync, rename, fsync the directory); its stat."""
-    tmp = final.with_suffix(".tmp")
-    pq.write_table(table, tmp, compression="zstd", **options)
-    fd = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, final)
-    fsync_dir(final.parent)
-    return final.stat()
-
-
-def _state_root(directory: Path) -> Path | None:
-    """The state directory holding `directory` (the nearest parent with the
-    `format` file), None for a store outside one (tests, tools)."""
-    for parent in list(Path(directory).resolve().parents)[:4]:  # <state>/S/models/M/<kind>
-        if (parent / FORMAT_FILE).exists():
-            return parent
-    return None
-
-
-def _fits(kind: pa.DataType, value: object) -> bool:
-    """Can `value` (from JSON) be a cell of a column of type `kind`?"""
-    if pa.types.is_integer(kind) or pa.types.is_timestamp(kind):
-        return isinstance(value, int) and not isinstance(value, bool) and \
-            -_INT64 <= value < _INT64
-    if pa.types.is_floating(kind):
-        return isinstance(value, float) or (
-            isinstance(value, int) and not isinstance(value, bool) and abs(value) < _INT64)
-    if pa.types.is_string(kind):
-        return isinstance(value, str)
-    if pa.types.is_boolean(kind):
-        return isinstance(value, bool)
-    return True

@@ -10,16 +10,19 @@ file's pages; a node that disappeared answers ENOENT.
 from __future__ import annotations
 
 import itertools
+import json
 import stat
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
-from ..core.exchange import Exchange, SubsystemRuntime
+from ..core.control import Control
 from ..core.hostid import host_id
+from ..core.portion import Portion
 from ..core.proxy import ModelProxy
-from ..core.store import Portion, PortionStore
+from ..core.runtime import SubsystemRuntime
 
 ReadFn = Callable[[], "str | bytes"]
-WriteFn = Callable[[bytes], Awaitable[None]]
+#: a write's call into the core (`Control`): a coroutine, or done when it returns
+WriteFn = Callable[..., "Awaitable[None] | None"]
 
 # attribute and entry timeouts (seconds): immutable things are cached long,
 # things that change or can be removed short (docs/fuse-notes.md: timeouts)
@@ -88,8 +91,8 @@ class Attr(Node):
     kind = "attr"
 
     def __init__(self, tree: Tree, name: str, parent: Dir, read: ReadFn | None = None,
-                 write: WriteFn | None = None, *, owner_file: str | None = None,
-                 buffered: bool = False, caller: bool = False) -> None:
+                 write: WriteFn | None = None, *, buffered: bool = False,
+                 caller: bool = False) -> None:
         super().__init__(tree, name, parent)
         self.read = read
         self.write = write
@@ -131,11 +134,11 @@ class PortionFile(Node):
     def __init__(self, tree: Tree, parent: PortionDir, portion: Portion) -> None:
         super().__init__(tree, portion.name, parent)
         self.portion = portion
-        self.store = parent.store
+        self.portions = parent.portions
         self.private = parent.private
 
     def alive(self) -> bool:
-        return (self.store.portions.get(self.portion.number) is self.portion
+        return (self.portions.get(self.portion.number) is self.portion
                 and self.parent.alive())
 
     def mode(self) -> int:
@@ -151,16 +154,17 @@ class PortionFile(Node):
 class PortionDir(Dir):
     """dataset/, records/, feedback/, recommendations/: a view of one store's portions."""
 
-    def __init__(self, tree: Tree, name: str, parent: Dir, store: PortionStore,
+    def __init__(self, tree: Tree, name: str, parent: Dir, portions: Mapping[int, Portion],
                  private: bool = False) -> None:
         super().__init__(tree, name, parent)
-        self.store = store
+        #: the store's sealed portions by number (a live read-only view)
+        self.portions = portions
         #: what the subsystem publishes identifies users: root and the group only (0440)
         self.private = private
         self._nodes: dict[int, PortionFile] = {}
 
     def children(self) -> dict[str, Node]:
-        portions = self.store.portions
+        portions = self.portions
         for number in [n for n in self._nodes if n not in portions]:
             self._nodes.pop(number)  # its inode stays dead: alive() is False
         out: dict[str, Node] = {}
@@ -209,25 +213,24 @@ class ModelDir(Dir):
     def __init__(self, tree: Tree, parent: ModelsDir, proxy: ModelProxy) -> None:
         super().__init__(tree, proxy.name, parent)
         self.proxy = proxy
-        ops = tree.actions
+        control = tree.control
         add = self.add
-        add(Attr(tree, "control", self, write=lambda d: ops.model_control(proxy, d)))
+        add(Attr(tree, "control", self, write=lambda d: control.model_control(proxy, d)))
         add(Attr(tree, "state", self, read=lambda: proxy.state + "\n"))
         add(Attr(tree, "mode", self, read=lambda: proxy.mode + "\n",
-                 write=lambda d, uid: ops.sync(lambda data: proxy.set_mode(data, uid), d),
-                 caller=True))
+                 write=lambda d, uid: control.set_mode(proxy, d, uid), caller=True))
         add(Attr(tree, "mode_switching", self, read=lambda: proxy.mode_switching + "\n"))
         add(Attr(tree, "knobs", self, read=lambda: " ".join(proxy.controlled) + "\n",
-                 write=lambda d: ops.sync(proxy.set_knobs, d)))
-        add(Attr(tree, "recommend", self, write=lambda d: ops.recommend(proxy, d)))
+                 write=lambda d: control.set_knobs(proxy, d)))
+        add(Attr(tree, "recommend", self, write=lambda d: control.recommend(proxy, d)))
         add(Attr(tree, "policy", self, read=proxy.policy_text,
-                 write=lambda d: ops.policy(proxy, d), buffered=True))
+                 write=lambda d: control.upload_policy(proxy, d), buffered=True))
         add(Attr(tree, "efficiency", self, read=proxy.efficiency_text))
         add(Attr(tree, "errors", self, read=proxy.errors_text))
         if hasattr(proxy, "alerts_text"):  # a predictor: the alerts its mode raised
             add(Attr(tree, "alerts", self, read=proxy.alerts_text))
-        add(PortionDir(tree, "recommendations", self, proxy.journal))
-        add(PortionDir(tree, "feedback", self, proxy.feedback))
+        for name, portions in proxy.portion_views().items():
+            add(PortionDir(tree, name, self, portions))
 
     def alive(self) -> bool:
         parent = self.parent
@@ -262,19 +265,20 @@ class SubsystemDir(Dir):
     def __init__(self, tree: Tree, parent: Dir, runtime: SubsystemRuntime) -> None:
         super().__init__(tree, runtime.name, parent)
         self.runtime = runtime
-        ops = tree.actions
+        control = tree.control
         self.add(Attr(tree, "info", self, read=lambda: _json(runtime.info())))
-        self.add(Attr(tree, "control", self, write=lambda d: ops.control(runtime, d)))
+        self.add(Attr(tree, "control", self,
+                      write=lambda d: control.subsystem_control(runtime, d)))
         self.add(Attr(tree, "objective", self, read=runtime.objective_text,
-                      write=lambda d: ops.sync(runtime.write_objective, d)))
+                      write=lambda d: control.write_objective(runtime, d)))
         knobs = self.add(Dir(tree, "knobs", self))
         for name in runtime.subsystem.knobs:
             knobs.add(Attr(tree, name, knobs, read=_knob_reader(runtime, name)))
         self.add(EventsFile(tree, "events", self, runtime.name))
         private = runtime.subsystem.private
-        self.add(PortionDir(tree, "dataset", self, runtime.dataset, private))
-        if runtime.records is not None:  # a record source: many rows per tick, or none
-            self.add(PortionDir(tree, "records", self, runtime.records, private))
+        # dataset/, and records/ for a record source (many rows per tick, or none)
+        for name, portions in runtime.portion_views().items():
+            self.add(PortionDir(tree, name, self, portions, private))
         if runtime.subsystem.publishes_reports:
             self.add(ReportsDir(tree, self, runtime))
         self.add(ModelsDir(tree, self, runtime))
@@ -319,21 +323,20 @@ def _knob_reader(runtime: SubsystemRuntime, name: str) -> ReadFn:
 
 
 def _json(obj: object) -> str:
-    import json
-
     return json.dumps(obj, indent=2, sort_keys=False) + "\n"
 
 
 class Tree:
     """The inode table and the root of the mount."""
 
-    def __init__(self, exchange: Exchange, actions, version_text: str,
-                 metrics: ReadFn, group_writable: bool, started_ns: int,
-                 backends_text: str = "") -> None:
+    def __init__(self, control: Control, version_text: str, metrics: ReadFn,
+                 group_writable: bool, backends_text: str = "") -> None:
+        exchange = control.exchange
+        #: what the tree shows (read only) and where every write goes
         self.exchange = exchange
-        self.actions = actions
+        self.control = control
         self.group_writable = group_writable
-        self.started_ns = started_ns
+        self.started_ns = int(exchange.started * 1e9)
         self.inodes: dict[int, Node] = {}
         self._next_ino = itertools.count(1)  # 1 is pyfuse3.ROOT_INODE
         self.root = RootDir(self)
@@ -343,7 +346,7 @@ class Tree:
         # computed once by the daemon before the mount (listing imports every backend)
         self.root.add(Attr(self, "backends", self.root, read=lambda: backends_text))
         # the operator's switches (docs/ABI.md, the root): write-only 0200 (0220 with a group)
-        self.root.add(Attr(self, "control", self.root, write=actions.root_control,
+        self.root.add(Attr(self, "control", self.root, write=control.root_control,
                            caller=True))
         self.root.add(Attr(self, "errors", self.root, read=exchange.root_errors_text))
         host_text = host_id(exchange.state_dir, exchange.config.mount.host_id) + "\n"

@@ -1,35 +1,35 @@
 """pyfuse3 Operations: translate FUSE requests to the node tree and the core.
 
-Handlers are thin; every one goes through `_guard`, so an unexpected exception
-is logged and answered with EIO instead of ending `pyfuse3.main` for the
-whole mount (docs/fuse-notes.md: traps).
+Handlers are thin: reads come from the tree's read-only views, and every write
+(a file's content, mkdir, rmdir) is one call into `mlfs.core.control`, whose
+`Refused` becomes the writer's errno.  Every handler goes through `_guard`, so
+an unexpected exception is logged and answered with EIO instead of ending
+`pyfuse3.main` for the whole mount (docs/fuse-notes.md: traps).
 """
 
 from __future__ import annotations
 
 import errno
 import functools
+import inspect
 import itertools
 import logging
 import mmap
 import os
-import stat
+import select
 import time
 from dataclasses import dataclass, field
 
 import pyfuse3
 import trio
 
+from ..core.control import Control
 from ..core.errors import Refused
 from ..core.events import Subscriber
-from ..core.exchange import Exchange, SubsystemRuntime
-from ..core.proxy import ModelProxy
 from .nodes import (
-    IMMUTABLE_TIMEOUT,
     Attr,
     Dir,
     EventsFile,
-    ModelDir,
     ModelsDir,
     Node,
     PortionFile,
@@ -63,6 +63,13 @@ def _guard(handler):
             raise pyfuse3.FUSEError(errno.EIO) from None
 
     return wrapper
+
+
+async def _call(write, *args) -> None:
+    """A node's write: the core's call, awaited when it is a coroutine."""
+    result = write(*args)
+    if inspect.isawaitable(result):
+        await result
 
 
 class PortionMaps:
@@ -161,78 +168,21 @@ class Operations(pyfuse3.Operations):
     enable_writeback_cache = False
     enable_acl = False
 
-    def __init__(self, exchange: Exchange, *, version_text: str, metrics, gid: int = 0,
+    def __init__(self, control: Control, *, version_text: str, metrics, gid: int = 0,
                  backends_text: str = "") -> None:
         super().__init__()
-        self.exchange = exchange
+        #: where every write goes; the exchange is read (readers' accounts, events)
+        self.control = control
+        self.exchange = control.exchange
         self.gid = gid
-        self.tree = Tree(exchange, self, version_text, metrics, group_writable=gid != 0,
-                         started_ns=exchange_started_ns(exchange), backends_text=backends_text)
+        self.tree = Tree(control, version_text, metrics, group_writable=gid != 0,
+                         backends_text=backends_text)
         self._handles: dict[int, Handle] = {}
         self._next_fh = itertools.count(1)
         self.stopping = False
         self.portion_maps = PortionMaps()
-        self.parking = Parking(exchange.readers)
+        self.parking = Parking(self.exchange.readers)
         self._refusal_logged = -REFUSAL_LOG_SECONDS
-
-    # ---- actions called by attribute writers --------------------------------
-    async def sync(self, fn, data: bytes) -> None:
-        fn(data)
-
-    async def recommend(self, proxy: ModelProxy, data: bytes) -> None:
-        """Accept, then make the journal durable before the write returns.
-
-        The journal line is written on the trio thread (a failure refuses the
-        write with its errno, nothing changed); the fdatasync runs in a worker
-        thread on a descriptor of its own, so a slow disk stalls only this
-        writer, not every request of the mount (concurrent writers' syncs
-        overlap: a natural group commit).  A failed fdatasync withdraws the
-        recommendation and the writer gets the errno.
-        """
-        ids = proxy.recommend(data)  # Refused(ENOSPC/EIO/...) when the WAL write failed
-        wal = proxy.journal.strict_path  # taken before any await: a seal may rotate it
-        try:
-            await trio.to_thread.run_sync(proxy.journal.sync, wal)
-        except OSError as exc:  # written but not durable: withdrawn, the writer is told
-            reason = f"journal not durable: {errno.errorcode.get(exc.errno, exc)}"
-            log.error("%s/%s: recommend failed (%s)", proxy.runtime.name, proxy.name, reason)
-            proxy.withdraw(ids, reason)
-            raise pyfuse3.FUSEError(exc.errno or errno.EIO) from None
-
-    async def control(self, runtime: SubsystemRuntime, data: bytes) -> None:
-        try:
-            await self.exchange.control(runtime, data)
-        except Refused as exc:
-            self.exchange.count_error(runtime.name, "control")
-            log.warning("%s/control refused: %s", runtime.name, exc.reason)
-            raise
-
-    async def root_control(self, data: bytes, uid: int) -> None:
-        """MOUNT/control; the exchange records a refusal in the root `errors`."""
-        await self.exchange.root_control(data, uid)
-
-    async def model_control(self, proxy: ModelProxy, data: bytes) -> None:
-        await self.exchange.model_control(proxy, data)
-
-    async def policy(self, proxy: ModelProxy, data: bytes) -> None:
-        """Verify, check out of process and load off the trio thread, then install.
-
-        The check takes seconds; the model may be removed meanwhile (and a new
-        one made under its name): `set_policy` refuses a destroyed proxy, so the
-        upload never lands in the new model's directory.
-        """
-        try:
-            loaded = None
-            if data:
-                loaded = await trio.to_thread.run_sync(proxy.check_policy, data)
-            proxy.set_policy(data, loaded)
-        except Refused as exc:
-            raise proxy.refuse("policy", data[:200], exc) from None
-        except OSError as exc:  # a full disk (policy.txt), no process for the check
-            raise proxy.refuse("policy", data[:200], Refused(
-                exc.errno or errno.EIO, f"policy not installed: {exc.strerror or exc}")) from None
-        except Exception as exc:
-            raise proxy.refuse("policy", data[:200], Refused(errno.EINVAL, str(exc))) from None
 
     # ---- attributes ----------------------------------------------------------
     def _node(self, inode: int) -> Node:
@@ -321,14 +271,14 @@ class Operations(pyfuse3.Operations):
         parent = self._node(parent_inode)
         if isinstance(parent, RootDir):
             text = os.fsdecode(name)
-            await self.exchange.mkdir_subsystem(text, ctx.uid)
+            await self.control.mkdir_subsystem(text, ctx.uid)
             node = parent.lookup(text)
             if node is None:  # unloaded again before this reply
                 raise pyfuse3.FUSEError(errno.ENOENT)
             return self._attrs(node)
         if not isinstance(parent, ModelsDir):
             raise pyfuse3.FUSEError(errno.EPERM)
-        parent.runtime.create_model(os.fsdecode(name))
+        self.control.create_model(parent.runtime, os.fsdecode(name))
         return self._attrs(parent.children()[os.fsdecode(name)])
 
     @_guard
@@ -336,13 +286,13 @@ class Operations(pyfuse3.Operations):
         parent = self._node(parent_inode)
         text = os.fsdecode(name)
         if isinstance(parent, RootDir) and isinstance(parent.lookup(text), SubsystemDir):
-            await self.exchange.rmdir_subsystem(text)
+            await self.control.rmdir_subsystem(text)
             return
         if not isinstance(parent, ModelsDir):
             if isinstance(parent, Dir) and parent.lookup(text) is not None:
                 raise pyfuse3.FUSEError(errno.EPERM)
             raise pyfuse3.FUSEError(errno.ENOENT)
-        parent.runtime.destroy_model(text)
+        self.control.destroy_model(parent.runtime, text)
 
     @_guard
     async def create(self, parent_inode, name, mode, flags, ctx):
@@ -479,8 +429,6 @@ class Operations(pyfuse3.Operations):
 
     @_guard
     async def poll(self, inode, fh, poll_handle, ctx):
-        import select
-
         handle = self._handles.get(fh)
         if handle is None:
             raise pyfuse3.FUSEError(errno.EBADF)
@@ -513,10 +461,7 @@ class Operations(pyfuse3.Operations):
             handle.buffer[off:end] = buf
             handle.dirty = True
             return len(buf)
-        if node.caller:
-            await node.write(bytes(buf), handle.uid)
-        else:
-            await node.write(bytes(buf))
+        await _call(node.write, bytes(buf), *((handle.uid,) if node.caller else ()))
         return len(buf)
 
     async def _commit(self, handle: Handle) -> None:
@@ -537,7 +482,7 @@ class Operations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.ENODEV)
         handle.dirty = False
         handle.committed = True
-        await node.write(bytes(handle.buffer))
+        await _call(node.write, bytes(handle.buffer))
 
     @_guard
     async def flush(self, fh):
@@ -565,7 +510,7 @@ class Operations(pyfuse3.Operations):
                 if handle.dirty:
                     await self._commit(handle)
                 elif handle.truncated and not handle.committed:
-                    await node.write(b"")  # `: > policy` removes it
+                    await _call(node.write, b"")  # `: > policy` removes it
             except Refused:
                 pass  # already recorded in errors; close(2) errors are ignored anyway
 
@@ -582,10 +527,3 @@ class Operations(pyfuse3.Operations):
         self.stopping = True
         self.parking.stop()
         self.exchange.bus.close()
-
-
-def exchange_started_ns(exchange: Exchange) -> int:
-    return int(exchange.started * 1e9)
-
-
-__all__ = ["Operations", "IMMUTABLE_TIMEOUT", "ModelDir", "stat"]

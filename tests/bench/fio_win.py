@@ -607,13 +607,13 @@ def report(results: list[dict]) -> str:
 #: times), 360 s judged; --quick is one such run, ~40 minutes.  With 8 s visits (docs/bench/
 #: dirty-win-8 to -10) a phase was shorter than the 3k + 1 = 16 ticks a pair of the
 #: efficiency estimate spans, so the estimate could not see it, and a setting held
-#: after a phase change (efficiency.Hold, 10 ticks) was a third of the next visit;
+#: after a phase change (episodes.Hold, 10 ticks) was a third of the next visit;
 #: 8 s visits were needed then only because scratch.fio's conflict vanished in long
 #: ones (sweep.CANDIDATES["dirty"] says why; tempfiles.fio keeps it in 30 s visits).
 #: The objective is fio's MiB/s over its last 3 reports (`Glue`), as of dirty-win-12's
 #: second try.  360 s judged as of dirty-win-13: a checkpoint visit holds the default, ML
 #: and default episodes a counted pair needs only at some alignments of the schedule
-#: (efficiency.Interleaving), and 180 s held 3 visits (dirty-win-12: none counted in two
+#: (episodes.Interleaving), and 180 s held 3 visits (dirty-win-12: none counted in two
 #: of three runs)
 RUN_DEFAULTS: dict[str, dict] = {
     "dirty": {"seconds": 30.0, "cycles": 3, "sweep_rounds": 1, "train_seconds": 600.0,

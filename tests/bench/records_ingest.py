@@ -23,8 +23,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from mlfs.backends.sim_disks import RECORDS, DrivePopulation, _structured
 
+from mlfs.core.portion import StorePolicy
 from mlfs.core.records import RecordStore, to_table
-from mlfs.core.store import StorePolicy
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -16,19 +16,12 @@ import random
 import pytest
 from mlfs.backends import check_entry
 
-from mlfs.abi import Knob, Objective, Sample, SettingError, Subsystem, subsystem_problems
+from mlfs.abi import Knob, Objective, Sample, SettingError, Settling, Subsystem, subsystem_problems
 from mlfs.config import parse_config
-from mlfs.core.efficiency import (
-    EfficiencyWindow,
-    Hold,
-    Interleaving,
-    Sandwich,
-    Settling,
-    episode_ticks,
-    pair_span,
-    replay,
-)
-from mlfs.core.exchange import Exchange, SubsystemRuntime
+from mlfs.core.efficiency import EfficiencyWindow, replay
+from mlfs.core.episodes import Hold, Interleaving, Sandwich, episode_ticks, pair_span
+from mlfs.core.exchange import Exchange
+from mlfs.core.runtime import SubsystemRuntime
 from mlfs.core.proxy import ModelProxy
 
 GAIN = 1.2  # the knob away from its default is 20 % better: the true efficiency

@@ -15,7 +15,8 @@ from mlfs.backends.sim_readahead import SimReadahead
 
 from mlfs.config import parse_config
 from mlfs.core.errors import Refused
-from mlfs.core.exchange import Exchange, SubsystemRuntime
+from mlfs.core.exchange import Exchange
+from mlfs.core.runtime import SubsystemRuntime
 from mlfs.core.proxy import ModelProxy
 
 CONFIG = """
@@ -329,7 +330,7 @@ def test_removing_a_model_while_its_journal_is_being_sealed_does_not_kill_the_ex
 
     async def race() -> None:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(exchange.seal, journal)
+            nursery.start_soon(exchange.sealer.seal, journal)
             while not written.is_set():
                 await trio.sleep(0.001)
             rt.destroy_model("m")  # the rmdir handler runs first

@@ -56,11 +56,11 @@ def test_a_failing_state_dir_holds_rows_in_bounded_memory_then_resumes(exchange,
     assert rt.skipped_ticks == 83 - 50
     assert rt.next_tick == 50, "a held tick consumes no tick number"
     with pytest.raises(Refused) as refused:
-        trio.run(exchange.prepare_dataset, rt)
+        trio.run(exchange.sealer.prepare_dataset, rt)
     assert refused.value.errno == errno.EISDIR
 
     blocker.rmdir()  # the disk works again
-    trio.run(exchange.prepare_dataset, rt)
+    trio.run(exchange.sealer.prepare_dataset, rt)
     assert rt.dataset.read_all().column("tick").to_pylist() == list(range(50))
     assert not rt.watch.failing
     trio.run(ticks, 5)

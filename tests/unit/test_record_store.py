@@ -6,8 +6,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from mlfs.core.portion import StorePolicy
 from mlfs.core.records import RecordsRefused, RecordStore, to_table
-from mlfs.core.store import StorePolicy
 
 FIELDS = {"device": "string", "sector": "uint64", "latency_us": "float64", "ok": "bool"}
 
@@ -84,7 +84,7 @@ def test_a_batch_that_does_not_match_the_declared_fields_is_refused_whole(tmp_pa
 
 
 def test_a_full_store_refuses_a_batch_and_changes_nothing(tmp_path):
-    from mlfs.core.store import StoreError
+    from mlfs.core.portion import StoreError
 
     store = _store(tmp_path, max_waiting_rows=100)
     store.append_table(to_table(_batch(100), FIELDS), tick=1)
