@@ -299,7 +299,7 @@ class SimReadahead(Subsystem):
     `expected_objective`, `best_knob_for_phase` and `critical_pressure`.
     """
 
-    backend = "sim"
+    backend = "sim.readahead"
     objective = Objective("throughput", "MB/s", "max")
 
     def __init__(

@@ -47,7 +47,7 @@ def fleet_reports(url: str, subsystem: str = KERNEL_LOG_SUBSYSTEM) -> list[dict]
     import pyarrow.parquet as pq
 
     from .fleet.manifest import consistent, objects
-    from .fleet.push import Store
+    from .fleet.store import Store
 
     store = Store(url)
     wanted = ["host_id", "kernel_release", "kind", "signature", "message", "ts", "seq",

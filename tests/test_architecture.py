@@ -66,3 +66,58 @@ def test_the_trainers_contract_forbids_every_module_but_client_and_abi(
 def test_tests_outside_tests_mount_are_not_marked_mount(request: pytest.FixtureRequest) -> None:
     # tests/mount/conftest.py marks by path: -m "not mount" keeps the tests without FUSE
     assert request.node.get_closest_marker("mount") is None
+
+
+#: finds every import circle (strongly connected set of two or more modules) with
+#: grimp, import-linter's own graph builder; imports under `if TYPE_CHECKING:` count
+#: (they tie the modules as much as a run-time import does)
+_CIRCLES = """
+import json, sys
+import grimp
+graph = grimp.build_graph("mlfs", exclude_type_checking_imports=False)
+index, low, on_stack, stack, circles, counter = {}, {}, set(), [], [], [0]
+def visit(start):
+    work = [(start, iter(sorted(graph.find_modules_directly_imported_by(start))))]
+    index[start] = low[start] = counter[0]; counter[0] += 1
+    stack.append(start); on_stack.add(start)
+    while work:
+        node, children = work[-1]
+        for child in children:
+            if child not in index:
+                index[child] = low[child] = counter[0]; counter[0] += 1
+                stack.append(child); on_stack.add(child)
+                work.append((child, iter(sorted(graph.find_modules_directly_imported_by(child)))))
+                break
+            if child in on_stack:
+                low[node] = min(low[node], index[child])
+        else:
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop(); on_stack.discard(member); group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    circles.append(sorted(group))
+for module in sorted(graph.modules):
+    if module not in index:
+        visit(module)
+print(json.dumps({"modules": len(graph.modules), "circles": circles}))
+"""
+
+
+def test_no_module_of_mlfs_backends_or_trainers_is_in_an_import_circle(
+        installed_layout: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=str(installed_layout))
+    done = subprocess.run([sys.executable, "-c", _CIRCLES], cwd=installed_layout, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    import json
+
+    found = json.loads(done.stdout)
+    assert found["modules"] > 100, found  # the whole package was read, backends included
+    assert found["circles"] == [], "import circles: " + "; ".join(
+        " <-> ".join(circle) for circle in found["circles"])

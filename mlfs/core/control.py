@@ -27,8 +27,9 @@ from .durable import fsync_dir, write_durably
 from .errors import Refused, error_line, invalid
 from .exchange import Exchange
 from .loading import Load, Loader, parse_command
+from .modes import OPERATOR_PIN, OPERATOR_RELEASE
 from .portion import Portion, errno_name
-from .proxy import OPERATOR_PIN, OPERATOR_RELEASE, ModelProxy
+from .proxy import ModelProxy
 from .runtime import SubsystemRuntime
 from .statedir import EMERGENCY_PIN_FILE
 from .text import decode_text, escape_input, one_word
@@ -215,7 +216,7 @@ class Control:
         log.warning("every model pinned to emergency by the operator (MOUNT/control)")
         self.mount.bus.publish(None, "emergency", model=None, pinned=True, why=OPERATOR_PIN)
         for proxy in self.exchange.all_models():
-            proxy.pin_by_operator()
+            proxy.modes.operator_pin()
         record = f"pinned by the operator (uid {uid}) at {rfc3339()}\n".encode()
         try:
             await trio.to_thread.run_sync(write_durably, self.mount.state_dir / EMERGENCY_PIN_FILE,
@@ -249,4 +250,4 @@ class Control:
         log.warning("the operator released the emergency pin (MOUNT/control)")
         self.mount.bus.publish(None, "emergency", model=None, pinned=False, why=OPERATOR_RELEASE)
         for proxy in self.exchange.all_models():
-            proxy.release_by_operator()
+            proxy.modes.operator_release(proxy.runtime.critical)

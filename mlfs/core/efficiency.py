@@ -70,7 +70,7 @@ checkpoint writer, whose MiB/s runs a ~10 s cycle from the visit's start)
 is then read as the model's doing: a policy running the default's own
 setting read 1.17 in checkpoint (50 pairs, docs/bench/dirty-win-13, run 1),
 and a simulated phase whose middle runs 1.5 times its edges turned a true
-1.20 into 1.33 in every mode (tests/core/test_efficiency_carryover.py).
+1.20 into 1.33 in every mode (tests/unit/test_efficiency_carryover.py).
 So with carry-over the window also counts *reverse* pairs: a clean default
 tick against the clean ML ticks that bracket it (the same span and
 stability rules), which sit the other way round in the phase.  With a

@@ -10,7 +10,7 @@ mostly its neighbour's setting and the estimate is wrong in either
 direction: a synthetic knob whose effect shows one tick late, 20 % better
 under ML, reads 0.92 / 0.84 / 1.00 in learning / collaboration /
 recommendation instead of 1.20; declared, 1.21 / 1.20 / 1.19, and with a
-3-tick lag 1.21 / 1.20 / 1.19 (2,000 ticks, tests/core/test_efficiency_carryover.py).
+3-tick lag 1.21 / 1.20 / 1.19 (2,000 ticks, tests/unit/test_efficiency_carryover.py).
 
 A knob declares its carry-over as `Knob.settle_ticks` (k).  Two things
 follow, and a subsystem without such knobs behaves exactly as before:

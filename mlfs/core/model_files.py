@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from .durable import write_durably
-from .errors import invalid
+from .errors import Refused, invalid
 
 STATES = ("initialized", "started", "running", "stopped")
 MODES = ("emergency", "learning", "collaboration", "recommendation")
@@ -64,19 +64,27 @@ def read_settings(data: bytes, knobs: dict, subsystem: str) -> dict:
     return {"knobs": [k for k in knobs if k in named], "pinned": pinned, "state": state}
 
 
-def journal_schema() -> pa.Schema:
-    return pa.schema([
-        ("seq", pa.int64()),
-        ("id", pa.int64()),
-        ("ts", pa.timestamp("us", tz="UTC")),
-        ("tick", pa.int64()),
-        ("model", pa.string()),
-        ("line", pa.string()),
-        ("status", pa.string()),
-        ("reason", pa.string()),
-        ("expect", pa.float64()),
-        ("ttl", pa.int64()),
-    ])
+def read_back(path: Path) -> tuple[bytes | None, list[tuple[Path, str]]]:
+    """A state file's bytes (None: absent or unreadable), and the damaged files found."""
+    try:
+        return path.read_bytes(), []
+    except FileNotFoundError:
+        return None, []
+    except OSError as exc:
+        return None, [(path, f"unreadable: {exc}")]
+
+
+def read_back_settings(directory: Path, knobs: dict, subsystem: str
+                       ) -> tuple[dict | None, list[tuple[Path, str]]]:
+    """model.json checked (`read_settings`); None and why when absent or damaged."""
+    path = directory / MODEL_SETTINGS
+    data, damaged = read_back(path)
+    if data is None:
+        return None, damaged
+    try:
+        return read_settings(data, knobs, subsystem), []
+    except Refused as exc:
+        return None, [(path, exc.reason)]
 
 
 def feedback_schema(runtime) -> pa.Schema:

@@ -28,11 +28,22 @@ fixed-z rule are not used by it (docs/ABI.md, "Mode switching").
 
 from __future__ import annotations
 
+import collections
+import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from mlfs.core.clock import rfc3339
 from mlfs.core.efficiency import EfficiencyStats
+from mlfs.core.events import EventBus
 from mlfs.core.sequential import Interval, interval
+
+log = logging.getLogger("mlfs.proxy")
+
+#: the `why` of mode and emergency events of the operator's mount-wide switch
+OPERATOR_PIN = "pinned by the operator via MOUNT/control"
+OPERATOR_RELEASE = "released by the operator via MOUNT/control"
 
 
 @dataclass(frozen=True)
@@ -71,3 +82,117 @@ def transition(mode: str, stats: EfficiencyStats, config) -> Switch | None:
     if eff < config.demote_below and iv.upper < 1.0:
         return Switch("learning", f"efficiency {eff:.3f} < {config.demote_below} {said}")
     return None
+
+
+class ModeMachine:
+    """One model's mode: automatic switching on its efficiency, pins and emergencies.
+
+    `cause` says why a model is in emergency: "operator" (the mount-wide pin,
+    only the operator releases it), "critical" (the subsystem's critical state,
+    released after `emergency_cooldown_ticks` calm ticks), "collapse" (the same
+    cool-down, then learning), "silent" (the trainer went quiet; its next input
+    ends it) or None (pinned by a write to `mode`).  Every switch is an event.
+    """
+
+    def __init__(self, config, bus: EventBus, subsystem: str, model: str,
+                 next_tick: Callable[[], int]) -> None:
+        self.config = config
+        self._bus, self._subsystem, self._model = bus, subsystem, model
+        self._next_tick = next_tick
+        self.mode = "learning"
+        self.pinned: str | None = None
+        self.cause: str | None = None
+        #: the last switches: (time, mode, why)
+        self.history: collections.deque[tuple[str, str, str]] = collections.deque(maxlen=50)
+        self.last_transition_tick = next_tick()
+        self.ml_since_transition = 0
+        self.calm_ticks = 0
+
+    @property
+    def switching(self) -> str:
+        return "pinned" if self.pinned or self.cause == "operator" else "auto"
+
+    def switch(self, new: str, why: str, cause: str | None = None) -> None:
+        old = self.mode
+        self.cause = cause if new == "emergency" else None
+        if old == new:
+            return
+        self.mode = new
+        self.last_transition_tick = self._next_tick()
+        self.ml_since_transition = 0
+        self.calm_ticks = 0
+        self.history.append((rfc3339(), new, why))
+        log.info("%s/%s: mode %s -> %s (%s)", self._subsystem, self._model, old, new, why)
+        self._bus.publish(self._subsystem, "mode", model=self._model, why=why,
+                          **{"from": old, "to": new})
+        if new == "emergency":
+            self._bus.publish(self._subsystem, "emergency", model=self._model, why=why)
+
+    def pin(self, word: str) -> None:
+        """A write to `mode`: pin `word`, or `auto` (automatic switching again)."""
+        if word == "auto":
+            self.pinned = None
+            if self.mode == "emergency" and self.cause is None:
+                self.switch("learning", "automatic switching resumed")
+            return
+        self.pinned = word
+        if self.cause not in ("critical", "operator"):  # kept for the release
+            self.switch(word, "pinned by a write to mode")
+
+    def operator_pin(self, quietly: bool = False) -> None:
+        """The operator's mount-wide pin; `quietly`: a model made under it (no event)."""
+        if quietly:
+            self.mode, self.cause = "emergency", "operator"
+            self.history.append((rfc3339(), "emergency", OPERATOR_PIN))
+            return
+        self.switch("emergency", OPERATOR_PIN, cause="operator")
+
+    def operator_release(self, critical: str | None) -> None:
+        """Back to the model's own pin or to automatic switching (critical: stays)."""
+        if self.cause != "operator":
+            return
+        if critical:
+            self.cause, self.calm_ticks = "critical", 0
+            return
+        self.switch(self.pinned or "learning", OPERATOR_RELEASE)
+
+    def trainer_back(self, what: str) -> None:
+        if self.mode == "emergency" and self.cause == "silent":
+            self.switch(self.pinned or "learning", f"trainer is back ({what})")
+
+    def update(self, critical: str | None, silent_seconds: float,
+               stats: Callable[[], EfficiencyStats], clear_window: Callable[[], None]) -> None:
+        """One tick's decision, in order of precedence: the operator, the critical
+        state, the model's own pin, a cool-down, trainer silence, the efficiency."""
+        config = self.config
+        if self.cause == "operator":  # only the operator releases it
+            return
+        if critical:
+            self.calm_ticks = 0
+            if self.mode != "emergency" or self.cause != "critical":
+                self.switch("emergency", f"critical state: {critical}", cause="critical")
+            return
+        if self.mode == "emergency" and self.cause == "critical":
+            self.calm_ticks += 1
+            if self.calm_ticks >= config.emergency_cooldown_ticks:
+                self.switch(self.pinned or "learning", "critical state over")
+            return
+        if self.pinned:
+            return
+        if self.mode == "emergency":
+            if self.cause == "collapse":
+                self.calm_ticks += 1
+                if self.calm_ticks >= config.emergency_cooldown_ticks:
+                    clear_window()
+                    self.switch("learning", "cool-down after efficiency collapse")
+            return
+        if silent_seconds > config.silence_seconds:
+            self.switch("emergency", f"trainer silent for over {config.silence_seconds:g} s",
+                        cause="silent")
+            return
+        dwell = self._next_tick() - self.last_transition_tick
+        if dwell < config.min_dwell_ticks or self.ml_since_transition < config.min_ml_ticks:
+            return
+        found = transition(self.mode, stats(), config)
+        if found is not None:
+            self.switch(found.mode, found.why, cause=found.cause)

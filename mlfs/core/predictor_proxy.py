@@ -34,7 +34,7 @@ from mlfs.abi import Target
 
 from .clock import rfc3339
 from .efficiency import EfficiencyStats
-from .errors import Refused, invalid
+from .errors import invalid
 from .predictor import Judged, PredictorEfficiency, ShadowBook
 from .proxy import ModelProxy
 from .verifier import MAX_POLICY_BYTES, gives_probability, verify
@@ -251,7 +251,7 @@ class PredictorProxy(ModelProxy):
         if self.state == "started":
             self._set_state("running")
         self.ml_ticks += 1
-        self._ml_since_transition += 1
+        self.modes.ml_since_transition += 1
         feedback: list[dict] = []
         for name, target in self.targets.items():
             keys = table.column(target.key).to_numpy(zero_copy_only=False)
@@ -328,12 +328,5 @@ class PredictorProxy(ModelProxy):
     def alerts_text(self) -> str:
         return "".join(line + "\n" for line in self.alerts)
 
-    def check_policy(self, text: bytes):
-        from .policy import check_in_subprocess
 
-        verify(text)
-        check_in_subprocess(text)
-        return self._build_policy(text)
-
-
-__all__ = ["PredictorProxy", "PredictionPolicy", "parse_predictions", "Refused"]
+__all__ = ["PredictorProxy", "PredictionPolicy", "parse_predictions"]

@@ -16,7 +16,6 @@ import math
 import time
 import zlib
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
@@ -24,59 +23,33 @@ import pyarrow as pa
 
 from mlfs.abi import KnobValue, Settling, knob_column
 
-from . import modes
-from .clock import now_us, rfc3339
+from .clock import rfc3339
 from .context import ModelOwner
-from .durable import set_aside, write_durably
+from .decision import Decision, Recommendation
+from .durable import set_aside
 from .efficiency import EfficiencyWindow
 from .episodes import Hold, Interleaving, episode_ticks, pair_span
 from .errors import Refused, busy, error_line, invalid
+from .installed_policy import InstalledPolicy
+from .journal import Journal
 from .model_files import (
-    MODEL_SETTINGS,
     MODES,
     POLICY_FILE,
     feedback_schema,
-    journal_schema,
-    read_settings,
+    read_back_settings,
     save_settings,
 )
-from .policy import Policy, PolicyRemoved, check_in_subprocess
+from .modes import ModeMachine
+from .policy import Policy, PolicyRemoved
 from .portion import Portion, StoreError, StoreOwner, errno_name
 from .store import PortionStore
 from .text import decode_text, escape_input, one_word, parse_recommendations
-from .verifier import verify
 
 log = logging.getLogger("mlfs.proxy")
 
 ERRORS_KEPT = 100
 #: modes only root may pin a model to (they skip the proxy's efficiency gate)
 ROOT_ONLY_PINS = frozenset({"recommendation"})
-#: the `why` of mode and emergency events of the operator's mount-wide switch
-OPERATOR_PIN = "pinned by the operator via MOUNT/control"
-OPERATOR_RELEASE = "released by the operator via MOUNT/control"
-
-
-@dataclass
-class Recommendation:
-    id: int
-    line: str
-    knobs: dict[str, KnobValue]
-    expect: float | None
-    ttl: int | None
-    first_tick: int  # the first tick it may control
-    accepted_ns: int
-    applied: bool = False
-
-    def valid_at(self, tick: int) -> bool:
-        return self.ttl is None or tick < self.first_tick + self.ttl
-
-
-@dataclass
-class Decision:
-    knobs: dict[str, KnobValue]
-    expected: float | None
-    source: str  # "recommendation" | "policy"
-    recommendation_id: int | None
 
 
 class ModelProxy:
@@ -90,23 +63,25 @@ class ModelProxy:
         self.bus = runtime.mount.bus
         directory.mkdir(parents=True, exist_ok=True)
         store_config = runtime.mount.config.store
-        self.journal = PortionStore(directory / "recommendations", journal_schema(), "seq",
-                                    store_config.journal(), runtime.watch, "journal")
+        self.journal = Journal(directory / "recommendations", store_config.journal(),
+                               runtime.watch, name, runtime.mount.count_recommendation)
         self.feedback = PortionStore(directory / "feedback", self._feedback_schema(runtime),
                                      "tick", store_config.feedback(), runtime.watch, "feedback")
         self.feedback.owner = StoreOwner(runtime.name, "feedback", f"{self.path}/feedback", name)
         self.state = "initialized"
         self.destroyed = False  # rmdir'd: a late write must not land in a successor's files
-        self.mode = "learning"
-        self.pinned: str | None = None
-        self.emergency_cause: str | None = None
+        #: the mode, its pin and why it is in emergency (`mode`, `pinned`, `emergency_cause`)
+        self.modes = ModeMachine(self.config, self.bus, runtime.name, name,
+                                 lambda: runtime.next_tick)
         self.controlled: list[str] = list(runtime.subsystem.knobs)
         self.errors: collections.deque[str] = collections.deque(maxlen=ERRORS_KEPT)
         self.window = EfficiencyWindow(self.config.window_ticks, runtime.subsystem.objective.goal,
                                       self.config.unstable_baseline_ratio)
         self.current: Recommendation | None = None
-        self.policy: Policy | None = None
-        self.policy_loaded_ns = 0
+        #: the policy it runs (`policy`), kept in policy.txt
+        self.installed = InstalledPolicy(
+            directory / POLICY_FILE, self._build_policy, self.errors, f"{runtime.name}/{name}",
+            lambda **kw: self.bus.publish(runtime.name, "policy", model=name, **kw))
         #: seconds for trainer silence (the only wall-time rule of the modes: ModeConfig);
         #: the mount's, time.monotonic unless a test drives it in virtual time
         self.clock = runtime.mount.clock
@@ -117,20 +92,13 @@ class ModelProxy:
         self.interleaving = Interleaving(zlib.crc32(name.encode()))
         self.policy_hold = Hold()
         self.window.max_span = pair_span(self.carry_over())
-        self._last_transition_tick = runtime.next_tick
-        self._ml_since_transition = 0
-        self._calm_ticks = 0
-        self.counts: collections.Counter[str] = collections.Counter()
         self.ml_ticks = 0
         self.default_ticks = 0
         self.errors_abs_sum = 0.0  # feedback |observed - expected|, for metrics
         self.errors_count = 0
-        self.mode_history: collections.deque[tuple[str, str, str]] = collections.deque(maxlen=50)
-        self._journal_seq = (self.journal.last_key or 0)
         self._load()
         if runtime.mount.emergency_pinned:  # created (or reloaded) under the pin
-            self.mode, self.emergency_cause = "emergency", "operator"
-            self.mode_history.append((rfc3339(), "emergency", OPERATOR_PIN))
+            self.modes.operator_pin(quietly=True)
 
     #: what the model's recommendations are: knob settings (a predictor: predictions)
     kind = "knobs"
@@ -139,12 +107,6 @@ class ModelProxy:
         return feedback_schema(runtime)
 
     # ---- persistence ------------------------------------------------------
-    def _settings_path(self) -> Path:
-        return self.directory / MODEL_SETTINGS
-
-    def _policy_path(self) -> Path:
-        return self.directory / POLICY_FILE
-
     def _load(self) -> None:
         """Read back model.json and policy.txt; what fails validation is set aside.
 
@@ -154,17 +116,10 @@ class ModelProxy:
         that fails is renamed `.damaged`, the model starts without a policy.
         Either way a log line and an `errors` line say why.
         """
-        path = self._settings_path()
-        saved = None
-        try:
-            saved = read_settings(path.read_bytes(), self.runtime.subsystem.knobs,
-                                  self.runtime.name)
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            self._state_damaged(path, f"unreadable: {exc}")
-        except Refused as exc:
-            self._state_damaged(path, exc.reason)
+        saved, damaged = read_back_settings(self.directory, self.runtime.subsystem.knobs,
+                                            self.runtime.name)
+        for path, reason in damaged:
+            self._state_damaged(path, reason)
         if saved is None:
             try:
                 self._save()
@@ -173,28 +128,13 @@ class ModelProxy:
         else:
             self.controlled = saved["knobs"] or self.controlled
             if saved["pinned"] is not None:
-                self.pinned = saved["pinned"]
-                self.mode = self.pinned
+                self.modes.pinned = self.modes.mode = saved["pinned"]
             if saved["state"] in ("started", "running"):
                 self.state = "started"
             elif saved["state"] == "stopped":
                 self.state = "stopped"
-        path = self._policy_path()
-        try:
-            text = path.read_bytes()
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            self._state_damaged(path, f"unreadable: {exc}")
-            return
-        if not text:
-            return
-        try:
-            self._install_policy(self._build_policy(text))
-        except Refused as exc:
-            self._state_damaged(path, exc.reason)
-        except Exception as exc:  # LightGBM refused what the verifier let through
-            self._state_damaged(path, f"does not load: {str(exc)[:200]}")
+        for path, reason in self.installed.restore():
+            self._state_damaged(path, reason)
 
     def _state_damaged(self, path: Path, reason: str) -> None:
         """A state file failed validation: set it aside, say so in errors (and the log)."""
@@ -211,8 +151,24 @@ class ModelProxy:
         return f"{self.runtime.name}/models/{self.name}"
 
     @property
+    def mode(self) -> str:
+        return self.modes.mode
+
+    @property
+    def pinned(self) -> str | None:
+        return self.modes.pinned
+
+    @property
+    def emergency_cause(self) -> str | None:
+        return self.modes.cause
+
+    @property
+    def mode_history(self) -> collections.deque[tuple[str, str, str]]:
+        return self.modes.history
+
+    @property
     def mode_switching(self) -> str:
-        return "pinned" if self.pinned or self.emergency_cause == "operator" else "auto"
+        return self.modes.switching
 
     @property
     def active(self) -> bool:
@@ -242,7 +198,11 @@ class ModelProxy:
         return "".join(line + "\n" for line in self.errors)
 
     def policy_text(self) -> bytes:
-        return self.policy.text if self.policy else b""
+        return self.installed.text()
+
+    @property
+    def policy(self) -> Policy | None:
+        return self.installed.policy
 
     # ---- refusals ---------------------------------------------------------
     def refuse(self, file: str, data: bytes, exc: Refused) -> Refused:
@@ -267,7 +227,7 @@ class ModelProxy:
             raise busy(f"knob {owner[0]!r} is controlled by started model {owner[1]!r}")
         self._set_state("started")
         self.last_trainer_input = self.clock()
-        self._last_transition_tick = self.runtime.next_tick
+        self.modes.last_transition_tick = self.runtime.next_tick
 
     def stop(self) -> None:
         if not self.active:
@@ -325,64 +285,15 @@ class ModelProxy:
                               "root's; the group pins up to collaboration")
         except Refused as exc:
             raise self.refuse("mode", data, exc) from None
-        if word == "auto":
-            self.pinned = None
-            self._save()
-            if self.mode == "emergency" and self.emergency_cause is None:
-                self._switch("learning", "automatic switching resumed")
-            return
-        self.pinned = word
+        self.modes.pin(word)
         self._save()
-        if self.emergency_cause not in ("critical", "operator"):  # kept for the release
-            self._switch(word, "pinned by a write to mode")
-
-    def pin_by_operator(self) -> None:
-        """The operator's mount-wide switch: emergency until `release_by_operator`."""
-        self._switch("emergency", OPERATOR_PIN, cause="operator")
-
-    def release_by_operator(self) -> None:
-        """Back to the model's own pin or to automatic switching (critical: stays)."""
-        if self.emergency_cause != "operator":
-            return
-        if self.runtime.critical:
-            self.emergency_cause, self._calm_ticks = "critical", 0
-            return
-        self._switch(self.pinned or "learning", OPERATOR_RELEASE)
-
-    def _switch(self, new: str, why: str, cause: str | None = None) -> None:
-        old = self.mode
-        self.emergency_cause = cause if new == "emergency" else None
-        if old == new:
-            return
-        self.mode = new
-        self._last_transition_tick = self.runtime.next_tick
-        self._ml_since_transition = 0
-        self._calm_ticks = 0
-        self.mode_history.append((rfc3339(), new, why))
-        log.info("%s/%s: mode %s -> %s (%s)", self.runtime.name, self.name, old, new, why)
-        self.bus.publish(self.runtime.name, "mode", model=self.name, why=why,
-                         **{"from": old, "to": new})
-        if new == "emergency":
-            self.bus.publish(self.runtime.name, "emergency", model=self.name, why=why)
 
     # ---- trainer inputs ---------------------------------------------------
     def _journal(self, status: str, rec_id: int | None, line: str, reason: str,
                  expect: float | None = None, ttl: int | None = None,
                  strict: bool = False) -> int:
-        """One journal row; `strict`: written now or StoreError, nothing changed."""
-        if status == "rejected" and self.journal.full:
-            # a refusal the writer was told of; kept out of a full memory, logged by refuse()
-            return 0
-        seq = self._journal_seq + 1
-        self.journal.append({
-            "seq": seq, "id": rec_id if rec_id is not None else seq, "ts": now_us(),
-            "tick": self.runtime.next_tick, "model": self.name, "line": line,
-            "status": status, "reason": reason, "expect": expect, "ttl": ttl,
-        }, strict=strict)
-        self._journal_seq = seq
-        self.counts[status] += 1
-        self.runtime.mount.count_recommendation(status)
-        return seq
+        return self.journal.write(status, rec_id, line, reason, self.runtime.next_tick,
+                                  expect, ttl, strict)
 
     def _finish(self, rec: Recommendation, status: str, reason: str) -> None:
         self._journal(status, rec.id, rec.line, reason, rec.expect, rec.ttl)
@@ -461,57 +372,27 @@ class ModelProxy:
 
     def _heard_from_trainer(self, what: str) -> None:
         self.last_trainer_input = self.clock()
-        if self.mode == "emergency" and self.emergency_cause == "silent":
-            self._switch(self.pinned or "learning", f"trainer is back ({what})")
+        self.modes.trainer_back(what)
 
     def check_policy(self, text: bytes) -> Policy:
-        """Verify, load once in a check process, and build the Policy (any thread).
-
-        Changes nothing: `set_policy` installs the result on the trio thread.
-        The verifier runs first here, so garbage is refused without starting
-        a process; the check process and `Policy` run it again before their
-        LightGBM sees the text.
-        """
-        verify(text)
-        check_in_subprocess(text)
-        return self._build_policy(text)
+        """Verify and check `text` out of process (any thread); changes nothing."""
+        return self.installed.check(text)
 
     def _build_policy(self, text: bytes) -> Policy:
         subsystem = self.runtime.subsystem
         return Policy(text, subsystem.knobs, list(self.controlled),
                       list(self.runtime.feature_columns), subsystem.objective.goal)
 
-    def _install_policy(self, policy: Policy) -> None:
-        self.policy = policy
-        self.policy_loaded_ns = time.monotonic_ns()
-
     def set_policy(self, text: bytes, policy: Policy | None = None) -> None:
         """Install a policy from `check_policy` (trio thread); empty text removes it."""
         if self.destroyed:  # removed while its upload was being checked
             raise Refused(errno.ENODEV, "the model was removed while its policy was checked")
-        if not text:
-            self.policy = None
-            self._policy_path().unlink(missing_ok=True)
-            self.bus.publish(self.runtime.name, "policy", model=self.name, status="removed",
-                             reason="emptied by a write")
-            return
-        if policy is None:
-            policy = self._build_policy(text)
-        write_durably(self._policy_path(), text)
-        self._install_policy(policy)
-        self.bus.publish(self.runtime.name, "policy", model=self.name, status="loaded",
-                         trees=policy.verified.trees)
-        self._heard_from_trainer("policy")
+        self.installed.install(text, policy)
+        if text:
+            self._heard_from_trainer("policy")
 
     def _remove_policy(self, reason: str) -> None:
-        """A running policy failed or ran over budget: drop it, keep the file for a look."""
-        self.policy = None
-        log.error("%s/%s: policy removed: %s", self.runtime.name, self.name, reason)
-        self.errors.append(f"{rfc3339()} policy removed: {reason}")
-        if self._policy_path().exists():
-            set_aside(self._policy_path(), f"{self.runtime.name}/{self.name}: removed: {reason}")
-        self.bus.publish(self.runtime.name, "policy", model=self.name, status="removed",
-                         reason=reason)
+        self.installed.drop(reason)
 
     # ---- the tick ---------------------------------------------------------
     def share(self) -> float:
@@ -552,7 +433,7 @@ class ModelProxy:
         """What ML wants on this tick, or None (then the default runs)."""
         rec = self.current
         use_rec = rec is not None and (self.policy is None
-                                       or rec.accepted_ns >= self.policy_loaded_ns)
+                                       or rec.accepted_ns >= self.installed.loaded_ns)
         if use_rec:
             if not rec.applied:
                 rec.applied = True
@@ -588,7 +469,7 @@ class ModelProxy:
             self._write_feedback(self.window.add_default(tick, objective, settling))
             return
         self.ml_ticks += 1
-        self._ml_since_transition += 1
+        self.modes.ml_since_transition += 1
         if self.state == "started":
             self._set_state("running")
         expected = decision.expected
@@ -615,36 +496,5 @@ class ModelProxy:
             self.feedback.append(row)
 
     def update_mode(self, critical: str | None) -> None:
-        config = self.config
-        if self.emergency_cause == "operator":  # only the operator releases it
-            return
-        if critical:
-            self._calm_ticks = 0
-            if self.mode != "emergency" or self.emergency_cause != "critical":
-                self._switch("emergency", f"critical state: {critical}", cause="critical")
-            return
-        if self.mode == "emergency" and self.emergency_cause == "critical":
-            self._calm_ticks += 1
-            if self._calm_ticks >= config.emergency_cooldown_ticks:
-                self._switch(self.pinned or "learning", "critical state over")
-            return
-        if self.pinned:
-            return
-        if self.mode == "emergency":
-            if self.emergency_cause == "collapse":
-                self._calm_ticks += 1
-                if self._calm_ticks >= config.emergency_cooldown_ticks:
-                    self.window.clear()
-                    self._switch("learning", "cool-down after efficiency collapse")
-            return
-        if self.clock() - self.last_trainer_input > config.silence_seconds:
-            self._switch("emergency", f"trainer silent for over {config.silence_seconds:g} s",
-                         cause="silent")
-            return
-        dwell = self.runtime.next_tick - self._last_transition_tick
-        if dwell < config.min_dwell_ticks or self._ml_since_transition < config.min_ml_ticks:
-            return
-        switch = modes.transition(self.mode, self.window.stats(), config)
-        if switch is not None:
-            self._switch(switch.mode, switch.why, cause=switch.cause)
-
+        self.modes.update(critical, self.clock() - self.last_trainer_input, self.window.stats,
+                          self.window.clear)

@@ -46,12 +46,13 @@ from mlfs.abi import (
 
 from .clock import now_us
 from .context import MountContext
+from .decision import Decision
 from .durable import fsync_dir, set_aside, write_durably
 from .errors import Refused, invalid
 from .model_files import MODEL_SETTINGS, prepare_model_directory
 from .portion import Portion, StoreOwner, StoreWatch, errno_name
 from .predictor_proxy import PredictorProxy
-from .proxy import Decision, ModelProxy
+from .proxy import ModelProxy
 from .records import RecordStore, keep_records
 from .statedir import read_word, subsystem_dir
 from .store import PortionStore

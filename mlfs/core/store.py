@@ -9,13 +9,11 @@ exists) and only then publishes it.  Portion numbers come from a persisted
 counter and are never reused, even after `discard`.
 
 Faults are conditions, not crashes (see docs/operators.md, limits and faults):
-
 - A write-ahead file is deleted only after the portion holding its rows (or
   the quarantine file holding rows that cannot be encoded) is durable.
-- A batch whose write fails (ENOSPC, EIO, EMFILE) stays in memory with its
-  WAL files and is retried *before* any later batch: portions stay in key
-  order, so replay's rule "a row at or below the newest sealed key is
-  already kept" stays true.
+- A batch whose write fails (ENOSPC, EIO, EMFILE) stays in memory with its WAL
+  files and is retried *before* any later batch: portions stay in key order, so
+  replay's rule "a row at or below the newest sealed key is kept" stays true.
 - Rows no portion can hold go to `quarantine/` (quarantine.py), never dropped;
   only a torn last line of the newest WAL (a write that never returned) is skipped.
 - No descriptor is held between writes (the WAL is opened per flush): an idle
@@ -62,8 +60,7 @@ from .shipped import ShippedCursors
 
 log = logging.getLogger("mlfs.store")
 
-#: seconds between retries of a failed seal (each retry encodes the batch again)
-SEAL_RETRY_SECONDS = 1.0
+SEAL_RETRY_SECONDS = 1.0  # between retries of a failed seal (each encodes the batch again)
 
 
 class PortionStore:

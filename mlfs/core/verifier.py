@@ -35,7 +35,7 @@ from .errors import invalid
 MAX_POLICY_BYTES = 16 << 20
 
 # Bounds.  What trainers/learner.py produces (measured with
-# tests/core/test_verifier.py::test_every_policy_our_trainer_produces_verifies):
+# tests/unit/test_verifier.py::test_every_policy_our_trainer_produces_verifies):
 # 150 trees from a fit, at most 600 after corrections (its `max_trees`), 15
 # leaves per tree (7 for correction trees), so a depth of at most 14, about
 # 9,000 leaves and a path sum (the nodes one row visits) of at most 8,400.

@@ -21,11 +21,11 @@ import fnmatch
 import json
 import logging
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 from mlfs.abi import NAME
 
 from .layout import KINDS, SUBSYSTEM_KINDS, Source
+from .store import Store
 
 log = logging.getLogger("mlfs.fleet")
 
@@ -114,9 +114,6 @@ def checked(body: object, host: str) -> dict:
                                 f"{MAX_PORTIONS_PER_SOURCE}")
         out[key] = {"subsystem": subsystem, "kind": kind, "model": model, "ranges": ranges}
     return {"host_id": host, "sources": out}
-
-if TYPE_CHECKING:
-    from .push import Store
 
 MANIFESTS = "manifests"
 

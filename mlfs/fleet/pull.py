@@ -24,8 +24,8 @@ from mlfs.core.errors import Refused
 from mlfs.core.verifier import verify
 
 from .layout import POLICIES, policy_path, policy_version
-from .push import Store
 from .signing import SigningError, load_trusted, signed_by
+from .store import Store
 
 log = logging.getLogger("mlfs.fleet")
 

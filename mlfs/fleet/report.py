@@ -18,8 +18,8 @@ import time
 from collections import Counter
 
 from .layout import POLICIES, policy_version
-from .push import Store
 from .status import collect
+from .store import Store
 
 
 def _cards(store: Store) -> dict[str, dict[str, int]]:

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from .layout import POLICIES, STATUS, policy_version
 from .manifest import objects
-from .push import Store
+from .store import Store
 
 
 def _name(path: str) -> str:

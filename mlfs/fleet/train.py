@@ -46,7 +46,7 @@ from mlfs.trainers.learner import KnobLearner
 
 from .layout import INFO, MAX_VERSION, POLICIES, policy_path, policy_version
 from .manifest import consistent, objects
-from .push import Store
+from .store import Store
 
 log = logging.getLogger("mlfs.fleet")
 

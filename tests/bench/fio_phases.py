@@ -17,7 +17,7 @@ every measured buffered writer in the workloads flushes at a cadence
 (``fsync=N`` / ``fdatasync=N``: ``stream-write`` every 32 MiB, ``db-commit``
 every write): the bytes fio reports over a second are then at most one
 cadence ahead of the bytes on the device, which is the application's durable
-throughput, from the tool's own output (tests/core/test_fio_phases.py pins
+throughput, from the tool's own output (tests/unit/test_fio_phases.py pins
 the cadence).  The kernel's own counters (dirtied, written) would count
 parked pages, or count writeback of earlier phases and of the background
 load, which is why they are not the objective.

@@ -54,7 +54,8 @@ from mlfs.config import load_config
 from mlfs.core.exchange import Exchange
 from mlfs.fleet.layout import Source, info_path
 from mlfs.fleet.pull import fetch
-from mlfs.fleet.push import Store, with_host_columns
+from mlfs.fleet.push import with_host_columns
+from mlfs.fleet.store import Store
 from mlfs.fleet.train import train
 from tests.bench.learning import run_seed
 

@@ -88,7 +88,7 @@ def test_text_attributes_are_ascii_and_end_in_a_newline(shared_mount, shared_mod
 
 def test_info_describes_backend_objective_knobs_and_features(shared_mount):
     info = json.loads((shared_mount.sub / "info").read_text())
-    assert info["backend"] == "sim"
+    assert info["backend"] == "sim.readahead"
     assert info["abi"] == ABI_VERSION  # the interface version; `version` stays one value
     assert (shared_mount.mountpoint / "version").read_text().count("\n") == 1
     assert info["tick_seconds"] == pytest.approx(0.02)

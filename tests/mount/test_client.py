@@ -85,7 +85,7 @@ def test_collect_status_shows_subsystems_and_models(shared_mount, shared_models)
     shared_models("client-status")
     status = client.collect_status(shared_mount.mountpoint)
     sub = status["subsystems"]["sim.readahead"]
-    assert status["version"].startswith("mlfs ") and sub["backend"] == "sim"
+    assert status["version"].startswith("mlfs ") and sub["backend"] == "sim.readahead"
     assert set(sub["models"]["client-status"]) == set(client.MODEL_ATTRIBUTES)
     assert "read_ahead_kb" in sub["knobs"]
 

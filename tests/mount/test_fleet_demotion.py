@@ -23,7 +23,7 @@ from mlfs.trainers.learner import KnobLearner
 
 from mlfs.abi import candidate_values
 from mlfs.fleet.demo import demo_key
-from mlfs.fleet.push import Store
+from mlfs.fleet.store import Store
 from mlfs.fleet.train import publish
 from tests.harness import REPO, EventStream, Mount, mlfs_command, wait_for
 

@@ -12,8 +12,8 @@ import pytest
 
 from mlfs.fleet.layout import policy_path
 from mlfs.fleet.pull import PullError, fetch
-from mlfs.fleet.push import Store
 from mlfs.fleet.signing import keygen
+from mlfs.fleet.store import Store
 from mlfs.fleet.train import TrainError, next_version, publish
 from tests.harness import Mount, mlfs_command
 

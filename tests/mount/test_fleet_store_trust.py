@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mlfs.fleet.manifest import consistent, objects
-from mlfs.fleet.push import Store
+from mlfs.fleet.store import Store
 from tests.harness import FAST_CONFIG, Mount, mlfs_command, sh, wait_for
 
 SAME_ID = FAST_CONFIG.replace("[mount]\n", '[mount]\nhost_id = "cloned"\n')

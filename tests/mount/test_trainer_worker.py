@@ -1,6 +1,6 @@
 """The trainer worker on the real daemon.
 
-Its loop against a fake tree of files and FIFOs: tests/core/test_trainer_worker.py.
+Its loop against a fake tree of files and FIFOs: tests/unit/test_trainer_worker.py.
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ import pytest
 from mlfs.abi import Knob, Objective, Sample, Subsystem
 from mlfs.config import parse_config
 from mlfs.core.exchange import Exchange
-from mlfs.core.runtime import SubsystemRuntime
 from mlfs.core.proxy import ModelProxy
+from mlfs.core.runtime import SubsystemRuntime
 
 MODES = parse_config("", "defaults").modes  # the shipped thresholds, nothing tuned here
 

@@ -49,7 +49,7 @@ def test_declares_the_subsystem_interface_with_stock_default() -> None:
     sim = SimReadahead()
     assert isinstance(sim, Subsystem)
     assert sim.name == "sim.readahead"
-    assert sim.backend == "sim"
+    assert sim.backend == "sim.readahead"
     assert sim.description
     assert sim.tick_seconds == 0.05
     assert (sim.objective.name, sim.objective.unit, sim.objective.goal) == (

@@ -16,8 +16,8 @@ from mlfs.backends.sim_readahead import SimReadahead
 from mlfs.config import parse_config
 from mlfs.core.errors import Refused
 from mlfs.core.exchange import Exchange
-from mlfs.core.runtime import SubsystemRuntime
 from mlfs.core.proxy import ModelProxy
+from mlfs.core.runtime import SubsystemRuntime
 
 CONFIG = """
 [modes]

@@ -21,8 +21,8 @@ from mlfs.config import parse_config
 from mlfs.core.efficiency import EfficiencyWindow, replay
 from mlfs.core.episodes import Hold, Interleaving, Sandwich, episode_ticks, pair_span
 from mlfs.core.exchange import Exchange
-from mlfs.core.runtime import SubsystemRuntime
 from mlfs.core.proxy import ModelProxy
+from mlfs.core.runtime import SubsystemRuntime
 
 GAIN = 1.2  # the knob away from its default is 20 % better: the true efficiency
 
