@@ -105,6 +105,21 @@ def wait_for(predicate, timeout: float = 20.0, interval: float = 0.05, what: str
         time.sleep(interval)
 
 
+def metric(m: Mount, name: str) -> float:
+    """One unlabelled metric of MOUNT/metrics (AssertionError when it is missing)."""
+    for line in (m.mountpoint / "metrics").read_text().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"no metric {name}")
+
+
+def wait_blocked(m: Mount, readers: int, timeout: float = 20.0) -> None:
+    """Wait until `readers` reads of events files are parked in read(2), as the mount
+    counts them (mlfs_event_reads_blocked): the observable end of "let it block"."""
+    wait_for(lambda: metric(m, "mlfs_event_reads_blocked") >= readers, timeout=timeout,
+             what=f"{readers} reader(s) blocked in read(2)")
+
+
 def sh(script: str, timeout: float = 30, **kwargs) -> subprocess.CompletedProcess:
     """Run a bash script the way a user would."""
     return subprocess.run(["bash", "-c", script], capture_output=True, text=True,

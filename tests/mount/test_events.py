@@ -26,6 +26,7 @@ from tests.harness import (
     mlfs_command,
     sh,
     two_subsystems,
+    wait_blocked,
     wait_for,
     write_errno,
 )
@@ -158,8 +159,7 @@ def test_waiting_sed_awk_grep_and_head_get_no_spurious_error(quiet_mount):
 def test_a_blocked_cat_is_ended_by_sigterm_within_a_second(quiet_mount):
     proc = popen("cat", str(quiet_mount.mountpoint / "events"))
     try:
-        wait_for(lambda: readers(quiet_mount) >= 1, what="cat reading")
-        time.sleep(0.3)  # let it block in read(2)
+        wait_blocked(quiet_mount, 1)
         started = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=5)
@@ -271,8 +271,7 @@ def test_fifty_blocked_readers_do_not_stall_the_mount(quiet_mount, quiet_models)
     paths = [quiet_mount.mountpoint / "events", quiet_mount.sub / "events"]
     procs = [popen("cat", str(paths[i % 2])) for i in range(50)]
     try:
-        wait_for(lambda: readers(quiet_mount) >= 50, what="50 readers open")
-        time.sleep(0.3)  # let them all block in read(2)
+        wait_blocked(quiet_mount, 50)
         started = time.monotonic()
         sub = quiet_mount.sub
         done = sh(f"cat {sub}/info >/dev/null && ls {sub}/dataset >/dev/null && "

@@ -20,6 +20,7 @@ from tests.harness import (
     QUIET_CONFIG,
     REPO,
     Mount,
+    metric,
     mlfs_command,
     new_model,
     sh,
@@ -66,13 +67,6 @@ def limited(mount_root):
 
 def as_uid(uid: int, *argv: str) -> list[str]:
     return ["setpriv", f"--reuid={uid}", f"--regid={NOGROUP_GID}", "--clear-groups", *argv]
-
-
-def metric(m: Mount, name: str) -> float:
-    for line in (m.mountpoint / "metrics").read_text().splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    raise AssertionError(f"no metric {name}")
 
 
 def end(procs: list[subprocess.Popen]) -> None:

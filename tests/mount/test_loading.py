@@ -34,6 +34,7 @@ from tests.harness import (
     recommend,
     sh,
     tmpfs,
+    wait_blocked,
     wait_for,
     write_errno,
 )
@@ -139,8 +140,8 @@ def test_sim_readahead_loads_as_sim2_and_unloads(mount):
     shown = subprocess.run(mlfs_command("status", str(mount.mountpoint)), cwd=REPO,
                            capture_output=True, text=True, timeout=60)
     assert shown.returncode == 0, shown.stderr
-    assert "sim2  sim (loaded)" in shown.stdout
-    assert "sim.readahead  sim (configured)" in shown.stdout
+    assert "sim2  sim.readahead (loaded)" in shown.stdout
+    assert "sim.readahead  sim.readahead (configured)" in shown.stdout
     as_json = subprocess.run(mlfs_command("status", "--json", str(mount.mountpoint)),
                              cwd=REPO, capture_output=True, text=True, timeout=60)
     sources = {n: s["source"] for n, s in json.loads(as_json.stdout)["subsystems"].items()}
@@ -254,7 +255,7 @@ def test_unload_ends_a_blocked_events_reader_of_that_subsystem(mount):
                               stdout=subprocess.PIPE)
     writer = os.open(mount.mountpoint / "sim2" / "objective", os.O_WRONLY)
     try:
-        time.sleep(0.3)  # blocked in read(2) by now
+        wait_blocked(mount, 1)
         assert reader.poll() is None
         started = time.monotonic()
         assert control(mount, "unload sim2\n") == 0

@@ -18,7 +18,6 @@ import socket
 import subprocess
 import tempfile
 import threading
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -389,7 +388,7 @@ def test_report_is_one_html_file_with_a_point_per_dataset_row(observed, models, 
     for mode, knob in (("learning", 1024), ("collaboration", 256), ("recommendation", 2048)):
         assert write_errno(model / "mode", f"{mode}\n".encode()) == 0
         assert write_errno(model / "recommend", f"read_ahead_kb={knob}\n".encode()) == 0
-        time.sleep(0.8)
+        wait_ml_ticks(mount, "rep", 3)  # the mode shows in ML rows
     assert write_errno(sub / "control", b"prepare_dataset\n") == 0
     rows = read_rows(sub / "dataset")
     ours = [r for r in rows if r["model"] == "rep"]
@@ -437,6 +436,20 @@ def test_report_is_one_html_file_with_a_point_per_dataset_row(observed, models, 
     assert f"1 row in {stride} ({drawn} of {len(run)};" in page
 
 
+def wait_ml_ticks(mount, model: str, more: int) -> None:
+    """Wait until `model` ran `more` further ML ticks (mlfs_model_ml_ticks_total)."""
+    pattern = re.compile(r'^mlfs_model_ml_ticks_total\{[^}]*model="' + re.escape(model)
+                         + r'"[^}]*\} (\S+)$', re.M)
+
+    def count() -> int:
+        found = pattern.search((mount.mountpoint / "metrics").read_text())
+        assert found, f"no ML tick counter for {model}"
+        return int(float(found.group(1)))
+
+    target = count() + more
+    wait_for(lambda: count() >= target, what=f"{more} ML ticks of {model}")
+
+
 def test_report_shows_the_efficiency_files_number_for_the_same_rows(observed, models,
                                                                     tmp_path):
     """One definition (mlfs/core/efficiency.py): the report replays the rows the daemon saw."""
@@ -447,9 +460,9 @@ def test_report_shows_the_efficiency_files_number_for_the_same_rows(observed, mo
     assert write_errno(model / "mode", b"learning\n") == 0
     assert write_errno(model / "recommend", b"read_ahead_kb=512\n") == 0
     wait_for(lambda: efficiency_known(model), what="an efficiency")
-    time.sleep(2.5)
+    wait_ml_ticks(mount, "same", 12)  # ~2.5 s of learning (a share of 0.1, 50 ticks/s)
     assert write_errno(model / "mode", b"collaboration\n") == 0
-    time.sleep(2.5)
+    wait_ml_ticks(mount, "same", 60)  # ~2.5 s of collaboration (0.5)
     assert write_errno(model / "control", b"stop\n") == 0  # the window holds still
     shown = (model / "efficiency").read_text().strip()
     assert write_errno(mount.sub / "control", b"prepare_dataset\n") == 0

@@ -20,6 +20,7 @@ import signal
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import lightgbm as lgb
 import numpy as np
@@ -301,6 +302,18 @@ def test_an_upload_whose_writer_runs_a_child_mid_way_is_installed_whole(
     assert_serving(shared_mount)
 
 
+def checking(daemon: int) -> bool:
+    """Whether the daemon runs a policy check process (`python -m mlfs.core.policy`) now."""
+    for task in Path(f"/proc/{daemon}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            try:
+                if b"mlfs.core.policy" in Path(f"/proc/{child}/cmdline").read_bytes():
+                    return True
+            except OSError:
+                continue  # ended meanwhile
+    return False
+
+
 def test_a_policy_checked_while_its_model_is_removed_never_reaches_the_successor(
         shared_mount, shared_models):
     """rmdir + mkdir of the same name during the seconds of the check: the upload used to
@@ -310,7 +323,9 @@ def test_a_policy_checked_while_its_model_is_removed_never_reaches_the_successor
     outcome: list[int] = []
     writer = threading.Thread(target=lambda: outcome.append(upload(model / "policy", valid)))
     writer.start()
-    time.sleep(0.2)  # the check (a child process importing LightGBM) takes seconds
+    # the check (a child process importing LightGBM) takes seconds: remove the model
+    # while it runs
+    wait_for(lambda: checking(shared_mount.pid), what="the policy check process")
     os.rmdir(model)
     os.mkdir(model)
     writer.join(timeout=60)
