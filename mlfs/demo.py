@@ -55,6 +55,18 @@ def _demo_config(seed: int) -> str | None:
     return text if changed else None
 
 
+def start_daemon(daemon: MountProcess, workdir: Path) -> bool:
+    """Start a demo's daemon; when it fails, say why (its output) and clean up."""
+    try:
+        daemon.start()
+    except MountFailed as exc:
+        print(exc.output, file=sys.stderr)
+        daemon.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+        return False
+    return True
+
+
 def _keep_problem(keep: str) -> str | None:
     """Why `--keep DIR` cannot be the run's state directory (None: new or empty)."""
     try:
@@ -114,12 +126,7 @@ def run_demo(seconds: float = 120.0, seed: int = 0, settle: float = 30.0,
         config_path.write_text(config_text)
     daemon = MountProcess(mountpoint, state_dir, config_path, timeout=None)
     print(f"mlfs demo: mounting {SUBSYSTEM} on {mountpoint}")
-    try:
-        daemon.start()
-    except MountFailed as exc:
-        print(exc.output, file=sys.stderr)
-        daemon.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
+    if not start_daemon(daemon, workdir):
         return 1
     stop = threading.Event()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")

@@ -20,7 +20,8 @@ import threading
 import time
 from pathlib import Path
 
-from .client import MountFailed, MountProcess, read_attr_or
+from .client import MountProcess, read_attr_or
+from .demo import start_daemon
 
 SUBSYSTEM = "sim.disks"
 MODEL = "lgbm"
@@ -52,12 +53,7 @@ def run_predict_demo(seconds: float = 120.0, seed: int = 0) -> int:
     daemon = MountProcess(mountpoint, state_dir, config, timeout=None)
     print(f"mlfs demo --predict: mounting {SUBSYSTEM} (2,000 simulated drives, a day per "
           f"tick) on {mountpoint}")
-    try:
-        daemon.start()
-    except MountFailed as exc:
-        print(exc.output, file=sys.stderr)
-        daemon.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
+    if not start_daemon(daemon, workdir):
         return 1
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     stop = threading.Event()

@@ -200,25 +200,9 @@ class RecordStore(PortionStore):
         raise TypeError("a record store takes batches (append_table), not rows")
 
     # ---- sealing --------------------------------------------------------------------
-    def take_batch(self) -> Batch | None:
-        if self.sealing:
-            return None
-        if self._failed:
-            batch = self._failed[0]
-        else:
-            if self._pending == 0 or not self.flush_wal():
-                return None
-            table = pa.concat_tables(self._tables) if len(self._tables) != 1 else self._tables[0]
-            batch = Batch(self._next, {"table": table}, self._pending, self._wal_paths)
-            self._next += 1
-            self._tables = []
-            self._pending = 0
-            self._wal_paths = []
-            self._wal_created = False
-            self._wal_seq += 1
-            self._failed.append(batch)
-        self.sealing += 1
-        return batch
+    def _take_pending(self) -> dict:
+        tables, self._tables = self._tables, []
+        return {"table": pa.concat_tables(tables) if len(tables) != 1 else tables[0]}
 
     def write_batch(self, batch: Batch) -> Portion | None:
         """Write one portion atomically (worker thread): tmp, fsync, rename, fsync dir."""

@@ -351,11 +351,8 @@ class PortionStore:
 
     # ---- sealing ----------------------------------------------------------
     def take_batch(self) -> Batch | None:
-        """The oldest failed batch, or pending rows swapped out (trio thread; cheap).
-
-        Pending rows are taken only once their WAL lines are written, and never
-        while an older batch waits for a retry.
-        """
+        """The oldest failed batch, or the pending rows once their WAL lines are written
+        (trio thread; cheap): never a newer batch while an older one waits for a retry."""
         if self.sealing:
             return None
         if self._failed:
@@ -363,9 +360,8 @@ class PortionStore:
         else:
             if self._pending == 0 or not self.flush_wal():
                 return None
-            batch = Batch(self._next, self._columns, self._pending, self._wal_paths)
+            batch = Batch(self._next, self._take_pending(), self._pending, self._wal_paths)
             self._next += 1
-            self._columns = {f.name: [] for f in self.schema}
             self._pending = 0
             self._wal_paths = []
             self._wal_created = False
@@ -373,6 +369,10 @@ class PortionStore:
             self._failed.append(batch)  # until committed
         self.sealing += 1
         return batch
+
+    def _take_pending(self) -> dict:  # the pending rows, as a batch's payload
+        columns, self._columns = self._columns, {f.name: [] for f in self.schema}
+        return columns
 
     def write_batch(self, batch: Batch) -> Portion | None:
         """Encode and write one portion atomically (worker thread).
