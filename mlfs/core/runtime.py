@@ -56,7 +56,7 @@ from .proxy import ModelProxy
 from .records import RecordStore, keep_records
 from .statedir import read_word, subsystem_dir
 from .store import PortionStore
-from .text import escape_input, one_word, parse_float
+from .text import escape_input, format_value, one_word, parse_float
 
 log = logging.getLogger("mlfs.runtime")
 
@@ -288,8 +288,11 @@ class SubsystemRuntime:
         self._objective_override = value
 
     def objective_text(self) -> str:
-        value = self.last_objective
-        return "nan\n" if math.isnan(value) else f"{value:.6g}\n"
+        return format_value(self.last_objective)
+
+    def knob_text(self, name: str) -> str:
+        """What `knobs/<name>` shows: the value in effect on the last tick."""
+        return format_value(self.knob_values[name])
 
     def portion_views(self) -> dict[str, Mapping[int, Portion]]:
         """dataset/ (and records/): each store's sealed portions, live and read-only."""

@@ -9,6 +9,7 @@ file's pages; a node that disappeared answers ENOENT.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import stat
@@ -273,7 +274,7 @@ class SubsystemDir(Dir):
                       write=lambda d: control.write_objective(runtime, d)))
         knobs = self.add(Dir(tree, "knobs", self))
         for name in runtime.subsystem.knobs:
-            knobs.add(Attr(tree, name, knobs, read=_knob_reader(runtime, name)))
+            knobs.add(Attr(tree, name, knobs, read=functools.partial(runtime.knob_text, name)))
         self.add(EventsFile(tree, "events", self, runtime.name))
         private = runtime.subsystem.private
         # dataset/, and records/ for a record source (many rows per tick, or none)
@@ -316,10 +317,6 @@ class RootDir(Dir):
                 node = self._subsystems[name] = SubsystemDir(self.tree, self, runtime)
             out[name] = node
         return out
-
-
-def _knob_reader(runtime: SubsystemRuntime, name: str) -> ReadFn:
-    return lambda: f"{runtime.knob_values[name]}\n"
 
 
 def _json(obj: object) -> str:

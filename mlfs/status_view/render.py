@@ -15,23 +15,6 @@ SPARK = "▁▂▃▄▅▆▇█"
 HISTORY_SHOWN = 6
 
 
-def sparkline(values: list[float]) -> str:
-    """▁▂▃▄▅▆▇█ scaled from the smallest to the largest value shown."""
-    finite = [v for v in values if v is not None and math.isfinite(v)]
-    if not finite:
-        return ""
-    low, high = min(finite), max(finite)
-    out = []
-    for v in values:
-        if v is None or not math.isfinite(v):
-            out.append(" ")
-        elif high - low < 1e-12:
-            out.append(SPARK[3])
-        else:
-            out.append(SPARK[min(7, int((v - low) / (high - low) * 8))])
-    return "".join(out)
-
-
 def efficiency_sparkline(values: list[float]) -> str:
     """Efficiencies on a log scale centred on 1.0: ▄/▅ is "as good as the default".
 
