@@ -28,6 +28,39 @@ def read_text(path: str | Path) -> str:
         return fh.read().strip()
 
 
+#: the most a declared file may hold (a proc or sysfs attribute is a page or a few)
+MAX_DECLARED_BYTES = 1 << 20
+
+
+def stream_problem(path: str | Path) -> str | None:
+    """Why reading `path` could block a tick, or None: read to its end with O_NONBLOCK.
+
+    A proc or sysfs attribute answers at once and ends; a stream (/proc/kmsg, a
+    device) answers EAGAIN once it has nothing more to say, and a blocking read of
+    it would wait for the kernel's next word for good.  Such a file is refused
+    when a subsystem is declared, before anything is built.  (What a stream held
+    is read, and so taken from it: /proc/kmsg is root's, as declaring files is.)
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        return f"cannot be opened: {os.strerror(exc.errno or 0)}"
+    try:
+        total = 0
+        while total <= MAX_DECLARED_BYTES:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return None
+            total += len(chunk)
+        return f"holds over {MAX_DECLARED_BYTES} bytes: not a kernel attribute"
+    except BlockingIOError:
+        return "would block (a stream such as /proc/kmsg, not an attribute)"
+    except OSError as exc:
+        return f"cannot be read: {os.strerror(exc.errno or 0)}"
+    finally:
+        os.close(fd)
+
+
 def write_text(path: str | Path, value: str) -> None:
     """Write one value with a single write(2), the way `echo v > file` does.
 

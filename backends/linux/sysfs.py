@@ -78,7 +78,7 @@ from mlfs.abi import (
     word,
 )
 
-from .files import read_key_values, read_psi_file, read_text
+from .files import read_key_values, read_psi_file, read_text, stream_problem
 from .knobs import KnobSpec, check_measure, parse_apply
 from .subsystem import LinuxSubsystem
 
@@ -399,7 +399,13 @@ def check(settings: dict) -> tuple[dict, list[str]]:
     name = kwargs.get("name", "linux.sysfs")
     if not NAME.fullmatch(name):
         raise SettingError("name", f"{name!r} does not match {NAME_RULE}")
-    _declaration(kwargs)
+    specs, _, _, features = _declaration(kwargs)
+    declared = [(f"knobs.{n}.path", spec.path) for n, spec in specs.items()]
+    declared += [(f"features.{n}.path", f.path) for n, f in features.items()]
+    for where, path in declared:
+        problem = stream_problem(path)
+        if problem:
+            raise SettingError(where, f"{path} {problem}")
     return kwargs, [name]
 
 

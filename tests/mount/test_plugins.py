@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
 from mlfs.abi import ABI_VERSION
-from tests.harness import FAST_CONFIG, REPO, Mount, mlfs_command, wait_for, write_errno
+from tests.harness import FAST_CONFIG, REPO, Mount, mlfs_command, sh, wait_for, write_errno
 
 EXAMPLE = REPO / "tests" / "plugin" / "mlfs-backend-example"
 
@@ -176,3 +178,74 @@ def test_a_plugin_subsystem_the_core_cannot_serve_fails_the_mount_in_one_line(
     assert "feature 'tick': column tick is taken by the core" in done.stderr
     assert "Traceback" not in (state / "mlfs.log").read_text()
     assert not os.path.ismount(mountpoint)
+
+
+STUCK = '''
+from mlfs.abi import Objective, Sample, Subsystem
+
+class Stuck(Subsystem):
+    name, backend, description, tick_seconds = "stuck.one", "stuck.probe", "stuck", 0.05
+    objective = Objective("x", "", "max")
+    knobs = {}
+    features = {"x": "float64"}
+
+    def step(self, knobs):
+        return Sample(features={"x": 1.0}, objective=0.0)
+
+def check(settings):
+    return settings, ["stuck.one"]
+
+def factory(settings):
+    with open(settings["wait_for"]) as fifo:  # a device probe that never answers
+        fifo.read()
+    return [Stuck()]
+'''
+
+
+def _stuck_plugin(site: Path) -> None:
+    dist = site / "mlfs_backend_stuck-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: mlfs-backend-stuck\n"
+                                   "Version: 1.0\n")
+    (dist / "entry_points.txt").write_text("[mlfs.backends]\nstuck.probe = mlfs_stuck\n")
+    (site / "mlfs_stuck.py").write_text(STUCK)
+
+
+def test_a_load_stuck_in_its_backend_times_out_and_the_kill_switch_still_answers(
+        tmp_path, mount_root, monkeypatch):
+    """A backend's constructor that never returns must not hold MOUNT/control: the kernel
+    serialises writes to one file, so `echo emergency` would wait behind the load."""
+    site = tmp_path / "site"
+    _stuck_plugin(site)
+    fifo = tmp_path / "probe"
+    os.mkfifo(fifo)
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    mount = Mount(mount_root, FAST_CONFIG)
+    mount.start()
+    try:
+        model = mount.sub / "models" / "m"
+        assert sh(f"mkdir {model} && echo start > {model}/control").returncode == 0
+        stuck = subprocess.Popen(["bash", "-c", f"echo 'load stuck.probe wait_for={fifo}' > "
+                                  + shlex.quote(str(mount.mountpoint / "control"))],
+                                 stderr=subprocess.PIPE, text=True)
+        wait_for(lambda: "mlfs_loads_waiting 1" in (mount.mountpoint / "metrics").read_text(),
+                 what="the load waiting in its backend")
+        started = time.monotonic()
+        assert write_errno(mount.mountpoint / "control", b"emergency") == 0
+        pinned_after = time.monotonic() - started
+        assert stuck.wait(timeout=10) != 0
+        assert "Connection timed out" in stuck.stderr.read()
+        assert pinned_after < 3.0, pinned_after
+        assert (model / "mode").read_text() == "emergency\n"
+        assert not (mount.mountpoint / "stuck.one").exists()
+        assert "did not answer within 2 s" in (mount.mountpoint / "errors").read_text()
+        metrics = (mount.mountpoint / "metrics").read_text()
+        assert "mlfs_loads_abandoned_total 1" in metrics and "mlfs_loads_stuck 1" in metrics
+        # the probe answers after all: what it built is closed, never served
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        wait_for(lambda: "mlfs_loads_stuck 0" in (mount.mountpoint / "metrics").read_text(),
+                 what="the abandoned load ended")
+        assert not (mount.mountpoint / "stuck.one").exists()
+        assert write_errno(mount.mountpoint / "control", b"auto") == 0
+    finally:
+        mount.kill(signal.SIGTERM)
