@@ -29,7 +29,7 @@ class ModeConfig:
     window_ticks: int = 400
     unstable_baseline_ratio: float = 2.0
     min_ml_ticks: int = 30
-    min_dwell_ticks: int = 100
+    min_dwell_ticks: int = 50
     to_collaboration: float = 1.0
     to_recommendation: float = 1.05
     recommendation_confidence: float = 2.0

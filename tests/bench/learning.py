@@ -88,7 +88,9 @@ def run_seed(seed: int, ticks: int, fit_every: int = 200,
                     proxy.set_policy(learner.policy_text().encode())
                     policy_live = True
         seconds = time.perf_counter() - started
-        transitions = [(why, mode) for _, mode, why in proxy.mode_history]
+        switched = [t for t in range(1, ticks) if modes[t] != modes[t - 1]]
+        transitions = [(t, why, mode) for t, (_, mode, why)
+                       in zip(switched, proxy.mode_history, strict=False)]
         runtime.dataset.seal_now()
         table = runtime.dataset.read_all()
         exchange.close()

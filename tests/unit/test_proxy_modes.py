@@ -14,7 +14,10 @@ import pytest
 
 from mlfs.abi import Knob, Objective, Sample, Subsystem
 from mlfs.config import parse_config
+from mlfs.core.efficiency import EfficiencyStats
+from mlfs.core.events import EventBus
 from mlfs.core.exchange import Exchange
+from mlfs.core.modes import ModeMachine
 from mlfs.core.proxy import ModelProxy
 from mlfs.core.runtime import SubsystemRuntime
 
@@ -95,15 +98,21 @@ def test_a_better_model_climbs_to_recommendation_after_dwell_and_enough_ml_ticks
     assert "z=" in proxy.mode_history[-1][2]
 
 
-def test_no_transition_before_the_minimum_dwell(world):
-    rt, sub, _ = world
-    sub.gain = 1.5
-    proxy = started(rt, pin="collaboration")  # 50 % ML: min_ml_ticks come fast
-    proxy.set_mode(b"auto\n")
-    start = rt.next_tick
-    changes = run(rt, proxy, 400)
-    assert changes and changes[0][1] == "recommendation"
-    assert changes[0][0] - start == MODES.min_dwell_ticks - 1
+def test_no_transition_before_the_minimum_dwell():
+    """A confident loss switches the tick the dwell (and min_ml_ticks) allows, not before."""
+    tick = [0]
+    machine = ModeMachine(MODES, EventBus(), "s", "m", lambda: tick[0])
+    machine.switch("recommendation", "test")
+    loss = EfficiencyStats(0.5, -20.0, 500, 500, 100.0, 0, 200)  # confidently harmful
+    switched = None
+    for tick[0] in range(1, 4 * MODES.min_dwell_ticks):
+        machine.ml_since_transition += 1
+        machine.update(None, 0.0, lambda: loss, lambda: None)
+        if machine.mode != "recommendation":
+            switched = tick[0]
+            break
+    assert machine.mode == "learning"
+    assert switched == max(MODES.min_dwell_ticks, MODES.min_ml_ticks)
 
 
 def test_between_the_thresholds_collaboration_holds(world):
