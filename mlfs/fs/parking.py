@@ -27,8 +27,9 @@ machine); paced, 117 ms; delayed and paced, 0.8 ms.  With batches only a
 checkpoint apart the p99 stayed at 325-377 ms for 1,024 readers of 16 uids: a
 request that arrived during a burst waited for all of it.  Paced 16 per 1 ms
 after 20 ms: 183 ms; 8 per 2 ms after 50 ms: 9.5 ms against 1.8 ms with none
-parked (docs/bench/parked-readers.md).  The price: an unprivileged reader of
-1,024 gets an event up to ~0.3 s after root.
+parked; 4 per 2 ms: x4.0 median of five runs against x5.2 for 8 per 2 ms
+(docs/bench/parked-readers.md).  The price: an unprivileged reader of 1,024
+gets an event up to ~0.56 s after root.
 """
 
 from __future__ import annotations
@@ -54,10 +55,10 @@ WATCH_SHARE = 0.05
 #: openers looked at between two checkpoints (other requests run in between)
 WATCH_BATCH = 32
 #: parked reads of users other than root woken at once when an event comes
-WAKE_BATCH = 8
+WAKE_BATCH = 4
 #: how long an event waits before the first batch: events in between are coalesced
 WAKE_DELAY = 0.05
-#: seconds between two batches of woken non-root readers (1,024 parked: ~64 ms for all)
+#: seconds between two batches of woken non-root readers (1,024 parked: ~0.5 s for all)
 WAKE_PACE = 0.002
 
 

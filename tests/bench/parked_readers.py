@@ -310,7 +310,7 @@ def streams_phase(root: Path, args, result: dict) -> None:
 
 def markdown(result: dict) -> str:
     idle, parked, readers = result["idle"], result["parked"], result["readers"]
-    streams = result["streams"]
+    streams = result.get("streams")
     rows = [
         ("root `version` read, p50 / p99 ms", f"{idle['version']['p50_ms']} / "
          f"{idle['version']['p99_ms']}", f"{parked['version']['p50_ms']} / "
@@ -384,10 +384,10 @@ def main(argv: list[str]) -> int:
         subprocess.run(["rm", "-rf", str(root)], check=False)
     result["load_average_end"] = os.getloadavg()[0]
     text = json.dumps(result, indent=2)
-    print(text)
-    print(markdown(result))
     if args.json:
         args.json.write_text(text + "\n")
+    print(text)
+    print(markdown(result))
     return 0
 
 
