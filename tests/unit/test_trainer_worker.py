@@ -327,7 +327,20 @@ def start_worker(fake: FakeMount, **kwargs) -> tuple[threading.Thread, threading
     return thread, stop, result
 
 
+class Seen(logging.Handler):
+    """The worker's log lines, as its operator would read them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
 def test_worker_trains_uploads_explores_and_corrects(fake: FakeMount) -> None:
+    seen = Seen()
+    logging.getLogger("test.train").addHandler(seen)
     thread, stop, result = start_worker(fake)
     try:
         model_dir = fake.sub / "models" / "lgbm"
@@ -342,10 +355,12 @@ def test_worker_trains_uploads_explores_and_corrects(fake: FakeMount) -> None:
         (fake.sub / "dataset" / "9999999999.parquet").write_bytes(b"PAR1 not really")
         fake.publish("portion", path=f"{SUB}/dataset/9999999999.parquet", rows=1)
         wait_for(lambda: list((model_dir / "feedback").iterdir()), 10, "feedback")
+        wait_for(lambda: any("skipping malformed portion" in m for m in seen.messages), 10,
+                 "the malformed portion skipped, the worker going on")
     finally:
-        time.sleep(1.0)
         stop.set()
         thread.join(3)
+    logging.getLogger("test.train").removeHandler(seen)
     assert not thread.is_alive(), "the worker did not stop within 3 s of stop.set()"
     assert result["fits"] >= 1 and result["policies"] >= 1
     assert result["skipped_portions"] >= 1
@@ -388,6 +403,8 @@ def test_a_policy_upload_waits_for_the_exploration_in_flight(tmp_path, monkeypat
 
 
 def test_worker_survives_rmdir_and_the_mount_going_away(fake: FakeMount) -> None:
+    seen = Seen()
+    logging.getLogger("test.train").addHandler(seen)
     thread, stop, result = start_worker(fake)
     try:
         model_dir = fake.sub / "models" / "lgbm"
@@ -402,7 +419,9 @@ def test_worker_survives_rmdir_and_the_mount_going_away(fake: FakeMount) -> None
         wait_for(lambda: fake.policies > policies, 10, "policy re-uploaded")
         # the daemon dies: end of file on events, the mount point a plain directory
         away = fake.go_offline()
-        time.sleep(2.0)
+        # the worker noticed (it waits for the subsystem to come back) and goes on
+        wait_for(lambda: any("waiting for" in m or "lost " in m for m in seen.messages), 10,
+                 "the worker waiting for the mount")
         assert thread.is_alive()
         fake.come_back(away)
         wait_for(lambda: "lgbm" in fake.models
@@ -412,6 +431,7 @@ def test_worker_survives_rmdir_and_the_mount_going_away(fake: FakeMount) -> None
     finally:
         stop.set()
         thread.join(3)
+        logging.getLogger("test.train").removeHandler(seen)
     assert not thread.is_alive()
     assert result["reconnects"] >= 1 and result["proxy_created"] >= 2
 
