@@ -51,7 +51,7 @@ from mlfs.abi import (
     tick_seconds,
     word,
 )
-from mlfs.kernel_log import Blocks, Reports, classify, parse_record
+from mlfs.kernel_log import Blocks, Record, Reports, classify, parse_record
 
 USES_STATE_DIR = True
 #: reading the kernel log is root's (dmesg_restrict): a group member may not load it
@@ -185,30 +185,9 @@ class LinuxKmsg(Subsystem):
     # ---- reading -------------------------------------------------------------------
     def _read(self) -> tuple[list, int]:
         """Records available now (at most `max_records`), and how many were overrun."""
-        out = []
-        lost = 0
-        while len(out) < self.max_records:
-            try:
-                raw = os.read(self._fd, READ_SIZE)
-            except BlockingIOError:
-                break
-            except OSError as exc:
-                if exc.errno == errno.EPIPE:  # overrun: the next read gives the oldest kept
-                    lost = -1
-                    continue
-                if exc.errno == errno.EINVAL:  # a record over READ_SIZE: skipped by the kernel
-                    continue
-                raise
-            record = parse_record(raw)
-            if record is None or record.seq <= self._skip_to:
-                continue
-            if self._last_seq is not None and record.seq > self._last_seq + 1:
-                lost += record.seq - self._last_seq - 1
-            elif lost == -1:
-                lost = 0
-            self._last_seq = record.seq
-            out.append(record)
-        return out, max(lost, 0)
+        out, lost, self._last_seq = read_records(self._fd, self.max_records, self._skip_to,
+                                                 self._last_seq)
+        return out, lost
 
     def step(self, knobs: dict) -> Sample:
         records, lost = self._read()
@@ -320,6 +299,40 @@ def _append(cols, boot_id, seq, ts_usec, wall, level, facility, cont, subsystem,
 _ARROW = {"string": pa.string(), "uint64": pa.uint64(), "uint8": pa.uint8(),
           "bool": pa.bool_(), "int64": pa.int64(),
           "timestamp": pa.timestamp("us", tz="UTC")}
+
+
+def read_records(fd: int, limit: int, after: int, last_seq: int | None
+                 ) -> tuple[list[Record], int, int | None]:
+    """The records an O_NONBLOCK /dev/kmsg descriptor holds now past seq `after` (at most
+    `limit`), how many the ring overran since `last_seq`, and the last seq read.
+
+    EPIPE means the kernel's ring overran this reader: the next read returns the oldest
+    record still held, and the gap in seq is the count lost.
+    """
+    out: list[Record] = []
+    lost = 0
+    while len(out) < limit:
+        try:
+            raw = os.read(fd, READ_SIZE)
+        except BlockingIOError:
+            break
+        except OSError as exc:
+            if exc.errno == errno.EPIPE:  # overrun: the next read gives the oldest kept
+                lost = -1
+                continue
+            if exc.errno == errno.EINVAL:  # a record over READ_SIZE: skipped by the kernel
+                continue
+            raise
+        record = parse_record(raw)
+        if record is None or record.seq <= after:
+            continue
+        if last_seq is not None and record.seq > last_seq + 1:
+            lost += record.seq - last_seq - 1
+        elif lost == -1:
+            lost = 0
+        last_seq = record.seq
+        out.append(record)
+    return out, max(lost, 0), last_seq
 
 #: `[[subsystem]] backend = "linux.kmsg"`: every setting and its range
 SETTINGS: Schema = {
