@@ -286,20 +286,56 @@ def readahead(out: Outputs) -> Row:
                command=command)
 
 
+#: the first dirty-win-N folder of today's protocol (checkpoint + tempfiles, 30 s visits,
+#: the objective over 3 fio reports: the sixth try); every later folder is counted
+DIRTY_FIRST = 12
+
+
+def dirty_folders(out: Outputs) -> list[str]:
+    numbers = {int(Path(p).parent.name.rsplit("-", 1)[1])
+               for p in out.glob(f"{BENCH}/dirty-win-*/run*.json")}
+    return [f"dirty-win-{n}" for n in sorted(numbers) if n >= DIRTY_FIRST]
+
+
 def dirty(out: Outputs) -> list[Row]:
     page = "docs/bench/dirty-ratios.md"
     measured = "checkpoint + tempfiles phases, 30 s visits"
-    rows = [fio_row(out, "dirty ratios on fio workloads", page, measured,
-                    [f"dirty-win-{n}" for n in (12, 13, 14, 15, 16)],
+    folders = dirty_folders(out)
+    if not folders:
+        return [missing("dirty ratios on fio workloads", measured, "",
+                        "`python -m tests.bench.dirty_win` (as root)")]
+    rows = [fio_row(out, "dirty ratios on fio workloads", page, measured, folders,
                     "`python -m tests.bench.dirty_win` (as root)",
-                    note="each run on the estimate's rules of its day",
+                    note="each run on the estimate's and trainer's rules of its day",
                     subsets={"the balanced estimate live": ("14-1", "15-1", "15-2")})]
-    latest = fio_row(out, "dirty ratios, today's trainer and features", page, measured,
-                     ["dirty-win-16"], "`python -m tests.bench.dirty_win --quick "
-                     "--judge-seconds 720` (as root)",
-                     note="the latest trainer change (uploads wait for explorations) "
-                     "has no run")
-    return [*rows, latest]
+    newest = folders[-1]
+    first = out.glob(f"{BENCH}/{newest}/run*.json")[0]
+    rows.append(fio_row(out, f"dirty ratios, the newest run folder ({newest})", page,
+                        measured, [newest],
+                        f"`{fio_command('dirty', out.json(first)['args'])}` (as root)"))
+    return rows
+
+
+def fio_command(candidate: str, args: dict) -> str:
+    """The command line that gives a run's options with today's defaults."""
+    from tests.bench.fio_win import parse_args
+
+    quick = bool(args.get("quick"))
+    defaults = vars(parse_args(candidate, ["--quick"] if quick else []))
+    words = [f"python -m tests.bench.{candidate}_win"] + (["--quick"] if quick else [])
+    for key, value in args.items():
+        if key in ("quick", "verbose", "candidate") or key not in defaults:
+            continue
+        if value == defaults[key] or value is None:
+            continue
+        if isinstance(value, list | tuple):
+            shown = ",".join(value)
+        elif isinstance(value, float):
+            shown = f"{value:g}"
+        else:
+            shown = str(value)
+        words.append(f"--{key.replace('_', '-')} {shown}")
+    return " ".join(words)
 
 
 def fleet_coldstart(out: Outputs) -> Row:
