@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -168,8 +169,19 @@ def fio_rows(out: Outputs, folders: Sequence[str]) -> list[tuple[str, dict]]:
     for folder in folders:
         runs = out.glob(f"{BENCH}/{folder}/run*.json")
         runs.sort(key=lambda p: int(Path(p).stem.removeprefix("run")))
-        rows += [(run_name(p), fio_run_scores(out.json(p))) for p in runs]
+        for p in runs:
+            data = out.json(p)
+            rows.append((run_name(p), {**fio_run_scores(data), "date": data.get("date")}))
     return rows
+
+
+def measured_when(scores: Sequence[dict]) -> str:
+    """The runs' dates (the outputs record no commit)."""
+    days = sorted({s["date"].split()[0] for s in scores if s.get("date")})
+    if not days:
+        return "date and commit not recorded"
+    span = days[0] if len(days) == 1 else f"{days[0]} – {days[-1]}"
+    return f"{span}, commit not recorded"
 
 
 def worst_phase(scores: Sequence[dict]) -> str:
@@ -201,8 +213,8 @@ def fio_row(out: Outputs, experiment: str, page: str, measured: str, folders: Se
                vs_default=spread([s["mlfs"] for s in scores]),
                vs_best=spread([s["vs_best"] for s in scores]),
                oracle_share=percent([s["share"] for s in scores]),
-               worst_phase=worst_phase(scores), runs=runs_cell(len(scores)),
-               command=command)
+               worst_phase=worst_phase(scores),
+               runs=runs_cell(len(scores), note=measured_when(scores)), command=command)
 
 
 # ---- the experiments ----------------------------------------------------------------------
@@ -236,7 +248,10 @@ def learning(out: Outputs) -> Row:
     return Row(f"learning loop ([learning-34]({folder}/))",
                f"{measured}, {seeds[0]['ticks']:,} ticks, seeds {ids[0]}–{ids[-1]}", result,
                vs_default=spread(vs_default, "{:.3f}"), vs_best=spread(vs_best, "{:.3f}"),
-               oracle_share=percent(share), runs=f"{len(seeds)} seeds, virtual time",
+               oracle_share=percent(share),
+               runs=f"{len(seeds)} seeds, virtual time; " + (
+                   f"at {Path(rel).stem}" if re.fullmatch(r"[0-9a-f]{7,40}", Path(rel).stem)
+                   else "commit not recorded"),
                command=f"`python -m tests.bench.learning --ticks {seeds[0]['ticks']} "
                        f"--seeds {ids[0]} … {ids[-1]}`")
 
@@ -282,7 +297,7 @@ def readahead(out: Outputs) -> Row:
                oracle_share=percent([s["share"] for s in scores]),
                worst_phase=worst_phase(scores),
                runs=runs_cell(len(scores), note=f"{scores[0]['repeats']} interleaved "
-                              "repeats each"),
+                              "repeats each; date and commit not recorded"),
                command=command)
 
 
