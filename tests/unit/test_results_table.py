@@ -50,3 +50,29 @@ def test_dirty_runs_are_rescored_by_the_one_rule_from_their_per_phase_ratios() -
 def test_a_row_without_committed_output_says_so() -> None:
     row = results.fleet_demo(results.Outputs())
     assert results.NO_OUTPUT in row.result and row.vs_default == results.NONE
+
+
+def test_the_learning_row_reads_the_json_committed_last_or_latest_json(tmp_path) -> None:
+    import subprocess
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c",
+                        "user.email=t@t", *args], check=True, capture_output=True)
+
+    folder = tmp_path / "docs/bench/learning-34"
+    folder.mkdir(parents=True)
+    git("init", "-q")
+    seeds = [{"seed": 0, "second_half": {}}]
+    for name in ("ffff000.json", "aaaa000.json"):  # committed in this order
+        (folder / name).write_text(json.dumps(seeds))
+        git("add", ".")
+        git("commit", "-qm", name)
+    (folder / "untracked.json").write_text(json.dumps(seeds))
+    out = results.Outputs(tmp_path)
+    accept = lambda d: isinstance(d, list)  # noqa: E731
+    assert out.newest("docs/bench/learning-34", accept) == "docs/bench/learning-34/aaaa000.json"
+    (folder / "latest.json").write_text(json.dumps(seeds))
+    git("add", ".")
+    git("commit", "-qm", "latest")
+    assert results.Outputs(tmp_path).newest("docs/bench/learning-34", accept) == \
+        "docs/bench/learning-34/latest.json"
