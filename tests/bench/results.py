@@ -155,7 +155,7 @@ def fio_run_scores(run: dict) -> dict:
     oracle = run["sweep"]["analysis"]["oracle_overall"]  # the sweep's: already the rule
     return {"mlfs": m, "best": b, "vs_best": m / b if b else 0.0, "oracle": oracle,
             "share": scoring.oracle_share(m, oracle), "phases": mlfs,
-            "arithmetic": run["ratio"]["mlfs"]["overall"]}
+            "printed": run["ratio"]["mlfs"]["overall"]}
 
 
 def run_name(rel: str) -> str:
