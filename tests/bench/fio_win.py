@@ -28,11 +28,16 @@ a new training:
 
 Visits are time-based (`--seconds` of fio each); a phase's figure is fio's
 bytes over fio's runtime of the application's jobs (bg-* jobs are load).
-"overall" is the throughput of a job made of equal *work* per phase, in
-units of the sweep's default: sum over phases of bytes / default rate,
-over the total time; so it is x default, and the ratio of two conditions'
-overall is the ratio of that job's times.  The per-phase ratios and the
-overall ratio to the default are paired per run (same cycles, interleaved).
+"overall" is `scoring.overall` of the per-phase ratios to the interleaved
+default of the same run: the speed-up of a job made of equal *work* per
+phase (the harmonic mean of the phase ratios), the rule the sweep picks the
+best static value and the oracle by.  Runs before issue 33 scored it as
+work over time in units of the sweep's default, a time-weighted arithmetic
+mean of the phase speed-ups; `python -m tests.bench.results` rescores them
+from the per-phase ratios in their JSON.  Beside it, ``equal_time``: the
+ratio of the summed per-phase MiB/s, the speed-up of a job spending equal
+*time* per phase (what the proxy's efficiency weighs by).  The per-phase
+ratios are paired per run (same cycles, interleaved).
 
 Output: per run a JSON (`--json-dir`, run<N>.json) with the sweep, the best
 static, the oracle, every condition's per-phase MiB/s, the knob values in
@@ -63,6 +68,7 @@ from pathlib import Path
 
 from mlfs.backends.linux.files import parse_bracketed, read_text
 
+from tests.bench import scoring
 from tests.bench import sweep as sweeps
 from tests.bench.fio_phases import MIB, FioStream, run_phase
 from tests.bench.readahead_experiment import scratch_filesystem
@@ -283,12 +289,25 @@ def run_cycle(phases: tuple[str, ...], mnt: Path, seconds: float, glue: Glue,
     return acc
 
 
-def summarize_run(acc: dict[str, list], ref: dict[str, float]) -> dict:
-    """Per-phase MiB/s, and overall: equal work per phase in units of the sweep's default."""
+def summarize_run(acc: dict[str, list]) -> dict:
+    """Per-phase MiB/s of one condition, and the seconds it ran (its "overall" is a
+    ratio to the default: `score_conditions`)."""
     mib = {p: b / MIB / s if s else 0.0 for p, (b, s) in acc.items()}
-    secs = sum(s for _, s in acc.values())
-    work = sum(b / MIB / ref[p] for p, (b, _) in acc.items())
-    return {"mib_per_s": mib, "overall": work / secs if secs else 0.0, "seconds": secs}
+    return {"mib_per_s": mib, "seconds": sum(s for _, s in acc.values())}
+
+
+def score_conditions(runs: dict[str, dict], phases: tuple[str, ...]) -> dict[str, dict]:
+    """Per condition: the per-phase ratios to the interleaved default, "overall" by the
+    one rule (`scoring.overall`: equal work per phase) and "equal_time" (the summed
+    MiB/s over the default's: equal time per phase, what the proxy's efficiency,
+    sum observed / sum baseline over ticks, weighs by)."""
+    base = runs["default"]["mib_per_s"]
+    out = {}
+    for c, run in runs.items():
+        ratios = scoring.phase_ratios(run["mib_per_s"], base, phases)
+        out[c] = {**ratios, "overall": scoring.overall(ratios),
+                  "equal_time": scoring.equal_time(run["mib_per_s"], base, phases)}
+    return out
 
 
 def one_run(args: argparse.Namespace, n: int, log: logging.Logger) -> dict:
@@ -316,7 +335,6 @@ def one_run(args: argparse.Namespace, n: int, log: logging.Logger) -> dict:
             best_label = analysis["best_static"]
             best = next(s for s in win_settings(args.candidate)
                         if sweeps.label(s) == best_label)
-            ref = analysis["median_mib_per_s"]["default"]
             print(f"run {n}: sweep: best static {best_label} "
                   f"(x{analysis['ratio'][best_label]['overall']:.2f}); per phase "
                   f"{analysis['best_per_phase']}; oracle x{analysis['oracle_overall']:.2f}",
@@ -326,7 +344,7 @@ def one_run(args: argparse.Namespace, n: int, log: logging.Logger) -> dict:
             # 2. training and 3. evaluation, in one mount
             # the default algorithm: the values in place when mlfs starts
             default = {k: original[k] for k in WIN_KNOBS[args.candidate]}
-            out.update(mlfs_part(args, device, mnt, phases, ref, default, best, glue, watch,
+            out.update(mlfs_part(args, device, mnt, phases, default, best, glue, watch,
                                  log, run=n))
         finally:
             watch.stop.set()
@@ -385,7 +403,7 @@ def sweep_in(args: argparse.Namespace, device: str, mnt: Path) -> dict:
 
 
 def mlfs_part(args: argparse.Namespace, device: str, mnt: Path, phases: tuple[str, ...],
-              ref: dict[str, float], default: dict, best: dict, glue: Glue,
+              default: dict, best: dict, glue: Glue,
               watch: KnobWatch, log: logging.Logger, run: int) -> dict:
     info: dict = {}
     runs: dict[str, dict] = {}
@@ -438,7 +456,7 @@ def mlfs_part(args: argparse.Namespace, device: str, mnt: Path, phases: tuple[st
         acc = acc_runs[0]
         knobs = watch.take()
         for condition in CONDITIONS:
-            runs[condition] = summarize_run(acc[condition], ref)
+            runs[condition] = summarize_run(acc[condition])
             runs[condition]["knobs"] = {p: knobs.get(f"{condition}/{p}", {}) for p in phases}
         info["efficiency"] = (mdir / "efficiency").read_text().strip()
         info["objective_writes"], info["objective_write_errors"] = glue.writes, glue.errors
@@ -453,20 +471,12 @@ def mlfs_part(args: argparse.Namespace, device: str, mnt: Path, phases: tuple[st
             if done.returncode != 0:
                 print(f"mlfs umount: {done.stdout}{done.stderr}", file=sys.stderr)
             mount.kill()
-    base = runs["default"]
     info["conditions"] = runs
-    # equal_time: the work done in equal time per phase, sum of MiB/s over phases: what
-    # the proxy's efficiency (sum observed / sum baseline over ticks) weighs by
-    info["ratio"] = {c: {**{p: (runs[c]["mib_per_s"][p] / base["mib_per_s"][p]
-                                if base["mib_per_s"][p] else 0.0) for p in phases},
-                         "overall": runs[c]["overall"] / base["overall"],
-                         "equal_time": (sum(runs[c]["mib_per_s"].values())
-                                        / sum(base["mib_per_s"].values()))}
-                     for c in CONDITIONS}
+    info["ratio"] = score_conditions(runs, phases)
     for c in CONDITIONS:
         print(f"  {c:12s} " + " ".join(f"{p} {runs[c]['mib_per_s'][p]:7.1f} "
                                        f"(x{info['ratio'][c][p]:.2f})" for p in phases)
-              + f" overall x{info['ratio'][c]['overall']:.2f} equal-time "
+              + f" overall (equal work) x{info['ratio'][c]['overall']:.2f}, equal time "
               f"x{info['ratio'][c]['equal_time']:.2f}  knobs {runs[c]['knobs']}",
               flush=True)
     print(f"  efficiency file: {info['efficiency']}", flush=True)
@@ -573,7 +583,7 @@ def report(results: list[dict]) -> str:
     lines.append(f"mlfs vs best static overall: x{statistics.median(vs_best):.2f} "
                  f"[{min(vs_best):.2f}, {max(vs_best):.2f}]")
     oracle = [res["sweep"]["analysis"]["oracle_overall"] for res in results]
-    frac = [(res["ratio"]["mlfs"]["overall"] - 1) / (o - 1) if o > 1 else float("nan")
+    frac = [scoring.oracle_share(res["ratio"]["mlfs"]["overall"], o)
             for res, o in zip(results, oracle, strict=True)]
     lines.append(f"oracle (sweep, best per phase) x{statistics.median(oracle):.2f} "
                  f"[{min(oracle):.2f}, {max(oracle):.2f}] of the default; mlfs reaches "

@@ -23,9 +23,11 @@ files, do the same):
 No static value is best for all: sequential wants 512 KiB or more, mmap
 wants 0, random does not care.  Each visit does a fixed amount of work —
 what the default reads in `--phase-seconds` (measured first) — as a job
-does: "overall" is total bytes over total time, i.e. the job's time, and a
+does: "overall" MiB/s is total bytes over total time, i.e. the job's time, and a
 slow phase counts for the time it takes (with fixed *time* per phase the
-fast phase's bytes would swamp the others).  A visit is cut at `--cap` x
+fast phase's bytes would swamp the others).  Ratios of "overall" to the
+default are `scoring.overall` of the per-phase ratios (the one rule: equal
+work per phase), for the sweep's best static value too.  A visit is cut at `--cap` x
 `--phase-seconds` (its bytes over its time still count).
 
 1. A sweep (no daemon, sysfs written directly, every value of `--grid`)
@@ -96,6 +98,7 @@ from pathlib import Path
 
 from mlfs.backends.blktrace import tracer_unavailable
 
+from tests.bench import scoring
 from tests.bench.readahead_experiment import MIB, drop_cache, make_file, scratch_filesystem
 from tests.bench.win_harness import (
     CONDITIONS,
@@ -480,16 +483,22 @@ def experiment(args: argparse.Namespace) -> int:
                 sweep[ra] = run["mib_per_s"]
                 print(f"  sweep ra={ra:5d}: {fmt(run)}", flush=True)
             set_read_ahead(device, default)
-            best = max(sweep, key=lambda ra: sweep[ra]["overall"])
+            # the one rule (scoring.overall): equal work per phase, against the sweep's
+            # default (or, off the grid, what the default read in step 0)
+            ref = sweep.get(default) or {p: budgets[p] / MIB / args.phase_seconds
+                                         for p in PHASES}
+            score = {ra: scoring.overall(scoring.phase_ratios(row, ref, PHASES))
+                     for ra, row in sweep.items()}
+            best = max(sweep, key=score.__getitem__)
             oracle = {p: max(sweep, key=lambda ra, p=p: sweep[ra][p]) for p in PHASES}
-            oracle_time = sum(budgets[p] / MIB / sweep[oracle[p]][p] for p in PHASES)
-            print(f"best static: {best}; best per phase in the sweep: {oracle} (overall "
-                  f"{sum(budgets.values()) / MIB / oracle_time:.1f} MiB/s if each phase ran "
-                  "at its best)", flush=True)
+            oracle_overall = scoring.overall({p: sweep[oracle[p]][p] / ref[p] for p in PHASES})
+            print(f"best static: {best} (x{score[best]:.2f} of the default); best per phase "
+                  f"in the sweep: {oracle} (oracle x{oracle_overall:.2f})", flush=True)
             # 2. training, then the three conditions interleaved in the mount
             runs, info = run_mlfs(args, work, device, mnt.parent, default, best, budgets, log)
             info["budgets_mib"] = {p: round(b / MIB, 1) for p, b in budgets.items()}
             info["oracle"] = oracle
+            info["oracle_overall"] = oracle_overall
             after = get_read_ahead(device)
             print(f"after mlfs unmount: {device} read_ahead_kb = {after} "
                   f"({'restored' if after == default else 'NOT restored'} to {default})",

@@ -27,8 +27,9 @@ restored at the end, also on error, Ctrl-C or SIGTERM.
 
 "overall" is the ratio to the default of the time a job made of equal
 work per phase (what the default does in `--seconds`) would take: the
-harmonic mean of the per-phase ratios.  The best static value is the best
-overall; the oracle picks the best setting per phase.
+harmonic mean of the per-phase ratios (`scoring.overall`, the one rule).
+The best static value is the best overall; the oracle picks the best
+setting per phase.
 
     .venv/bin/python -m tests.bench.sweep writeback --json docs/bench/writeback-sweep.json
     .venv/bin/python -m tests.bench.sweep queue --json docs/bench/queue-sweep.json
@@ -50,6 +51,7 @@ from mlfs.backends.linux.block import specs_for
 from mlfs.backends.linux.controller import KnobController
 from mlfs.backends.linux.vm import SPECS as VM_SPECS
 
+from tests.bench import scoring
 from tests.bench.fio_phases import run_phase
 from tests.bench.readahead_experiment import scratch_filesystem
 
@@ -147,10 +149,6 @@ def apply(ctl: KnobController, setting: dict) -> None:
         pass
 
 
-def harmonic(ratios: list[float]) -> float:
-    return len(ratios) / sum(1 / r for r in ratios) if all(r > 0 for r in ratios) else 0.0
-
-
 def analyse(result: dict) -> dict:
     phases = result["phases"]
     med = {s: {p: statistics.median(v) for p, v in row.items()}
@@ -158,10 +156,10 @@ def analyse(result: dict) -> dict:
     base = med["default"]
     ratio = {s: {p: row[p] / base[p] for p in phases} for s, row in med.items()}
     for s in ratio:
-        ratio[s]["overall"] = harmonic([ratio[s][p] for p in phases])
+        ratio[s]["overall"] = scoring.overall([ratio[s][p] for p in phases])
     best = max(ratio, key=lambda s: ratio[s]["overall"])
     per_phase = {p: max(ratio, key=lambda s, p=p: ratio[s][p]) for p in phases}
-    oracle = harmonic([ratio[per_phase[p]][p] for p in phases])
+    oracle = scoring.overall([ratio[per_phase[p]][p] for p in phases])
     return {"median_mib_per_s": med, "ratio": ratio, "best_static": best,
             "best_per_phase": per_phase, "oracle_overall": oracle,
             "oracle_over_best": oracle / ratio[best]["overall"],

@@ -22,8 +22,11 @@ and its configuration, and all run the same protocol:
    - ``mlfs``: pinned in ``recommendation``, its policy deciding every tick.
 
 3. **Reporting**: per phase and overall, work over time (`rates`): a visit
-   does fixed work, so "overall" is the job's time, and the median
-   [min, max] over runs with the ratio to the default (`table`).
+   does fixed work, so the "overall" MiB/s is the job's total bytes over its
+   time, and the median [min, max] over runs (`table`).  The overall
+   *ratio* to the default is the one rule, `scoring.overall` of the
+   per-phase ratios (equal work per phase), not the ratio of the overall
+   MiB/s (which weighs phases by the work a visit happened to do).
 
 Plus the set-up pieces: a child memory cgroup (`memory_cgroup`), sysfs
 writes with a single write(2) (`write_attr`).  Restoring the knobs is the
@@ -42,6 +45,8 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+
+from tests.bench import scoring
 
 MIB = 1 << 20
 CONDITIONS = ("default", "best static", "mlfs")
@@ -240,10 +245,17 @@ def table(results: dict[str, list[dict]], phases: Sequence[str],
     lines = [head, "-" * len(head)]
     for name, summary in summaries.items():
         cells = []
+        ratios = {p: summary[p][0] / base[p][0] for p in phases
+                  if base and base[p][0] > 0}
         for key in (*phases, "overall"):
             med, lo, hi = summary[key]
-            ratio = f" x{med / base[key][0]:.2f}" if base and base[key][0] > 0 else ""
+            if key == "overall":
+                ratio = (f" x{scoring.overall(ratios):.2f}" if len(ratios) == len(phases)
+                         else "")
+            else:
+                ratio = f" x{ratios[key]:.2f}" if key in ratios else ""
             cells.append(f"{med:7.1f} [{lo:6.1f},{hi:6.1f}]{ratio}")
         lines.append(f"{name:22s}" + "".join(f"{c:>28s}" for c in cells))
-    lines.append(f"({unit}: median [min, max] over runs; xN = median / default)")
+    lines.append(f"({unit}: median [min, max] over runs; xN = median / default; overall "
+                 "xN = scoring.overall of the phases' xN, equal work per phase)")
     return "\n".join(lines)
