@@ -130,6 +130,31 @@ def build() -> Path:
     return binary
 
 
+def request_flag_bit(name: str, fallback: int = 19) -> int:
+    """The bit of a request flag (`__REQ_RAHEAD`) in this kernel's `cmd_flags`, from its BTF.
+
+    The flags' bits move between releases (`enum req_flag_bits`); bpftool, which the
+    capture needs anyway, reads them from /sys/kernel/btf/vmlinux.  `fallback` (6.x's
+    value) when the BTF cannot be read.
+    """
+    if name not in _FLAG_BITS:
+        try:
+            done = subprocess.run(["bpftool", "btf", "dump", "file", "/sys/kernel/btf/vmlinux"],
+                                  capture_output=True, text=True, timeout=60)
+            start = done.stdout.index("ENUM 'req_flag_bits'")
+            for line in done.stdout[start:].splitlines()[1:]:
+                if not line.startswith("\t'"):
+                    break
+                flag, _, value = line.strip().partition("' val=")
+                _FLAG_BITS[flag.lstrip("'")] = int(value)
+        except (OSError, ValueError, subprocess.SubprocessError):
+            pass
+    return _FLAG_BITS.get(name, fallback)
+
+
+_FLAG_BITS: dict[str, int] = {}
+
+
 def device_number(name: str) -> int:
     """`loop3` -> the kernel's dev_t as the BPF program packs it (major << 20 | minor)."""
     try:
@@ -196,6 +221,15 @@ class LinuxBio(Subsystem):
         self._dropped = 0
         self.lost_total = 0
         self._last = time.monotonic()
+
+    @property
+    def pid(self) -> int:
+        """The loader's pid (it is ended by it)."""
+        return self._proc.pid
+
+    def exited(self) -> int | None:
+        """The loader's exit status once it has ended (None while it runs)."""
+        return self._proc.poll()
 
     def _pump(self) -> None:
         fd = self._proc.stdout.fileno()

@@ -13,16 +13,16 @@ requests in the queue).
 
 With ``tracepoints = true`` (or ``"auto"``: when the kernel and the machine
 allow it) the device's read requests are also traced (backends/blktrace.py:
-bpftrace on block_rq_issue/block_rq_complete), adding ``trace_reads_per_s``,
+every completed request from linux.bio's BPF ring capture), adding ``trace_reads_per_s``,
 ``trace_read_kb``, ``trace_seq_share`` (requests starting where the previous
 read ended), ``trace_near_share`` (within 1 MiB of it), ``trace_run_kb`` (mean
 length of a contiguous run of requests), ``trace_readahead_share``
 (REQ_RAHEAD), ``trace_await_us`` and ``trace_slow_share`` (over 1 ms).  These
 tell a sequential stream from random faults whatever read_ahead_kb is, which
 the stat counters cannot.  The backend's own default is off; the embedded
-configuration (mlfs/default.toml) sets ``"auto"``.  Cost: one bpftrace
-process per device, ~100 MB RSS, ~0.4 s to attach.  ``true`` refuses to start without
-tracepoints; ``"auto"`` goes on without them (logged); when bpftrace dies
+configuration (mlfs/default.toml) sets ``"auto"``.  Cost: one small libbpf loader
+per device (the BPF program is built once per kernel and cached).  ``true`` refuses to
+start without the capture; ``"auto"`` goes on without it (logged); when the loader dies
 later the trace_* features are NaN (missing) and a warning is logged once.
 
 Knobs (in /sys/block/<dev>/queue/): ``read_ahead_kb`` (0-65536),
@@ -219,11 +219,10 @@ class LinuxBlock(LinuxSubsystem):
         why = blktrace.tracer_unavailable()
         tracer = None
         if why is None:
-            tracer = blktrace.RequestTracer(device)
-            if not tracer.wait_ready():
-                why = tracer.error or "bpftrace did not attach in time"
-                tracer.close()
-                tracer = None
+            try:
+                tracer = blktrace.RequestTracer(device)
+            except (SettingError, OSError) as exc:  # the loader did not build or attach
+                why = str(exc)
         if why is None:
             return tracer
         if tracepoints is True:

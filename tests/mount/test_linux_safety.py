@@ -110,7 +110,7 @@ def test_traced_device_serves_request_features_and_its_tracer_dies_with_the_daem
         assert set(TRACE_FEATURES) <= set(info["features"])
         assert "traced" in info["description"]
         [tracer] = [p for p in children(m.pid)
-                    if Path(f"/proc/{p}/comm").read_text().strip() == "bpftrace"]
+                    if Path(f"/proc/{p}/comm").read_text().strip() == "blkreq"]
         # a sequential stream of direct reads, for a few ticks
         done = sh(f"dd if=/dev/{loop} of=/dev/null bs=64k count=1024 iflag=direct status=none")
         assert done.returncode == 0, done.stderr
@@ -126,6 +126,6 @@ def test_traced_device_serves_request_features_and_its_tracer_dies_with_the_daem
         wait_for(lambda: sequential_rows() > 0, timeout=20,
                  what="a sealed row with the dd stream's trace features")
         m.kill(signal.SIGKILL)
-        wait_for(lambda: ended(tracer), timeout=5, what="bpftrace ended with its daemon")
+        wait_for(lambda: ended(tracer), timeout=5, what="the capture ended with its daemon")
     finally:
         m.kill(signal.SIGTERM)

@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <sys/prctl.h>
 #include <bpf/libbpf.h>
 #include <bpf/bpf.h>
 #include "blkreq.skel.h"
@@ -63,10 +62,11 @@ int main(int argc, char **argv)
 	signal(SIGTERM, on_signal);
 	signal(SIGINT, on_signal);
 	signal(SIGPIPE, SIG_IGN);
+	/* the daemon killed: no capture left behind.  Not PR_SET_PDEATHSIG, which fires
+	 * when the *thread* that started this process ends (a run-time load is built in
+	 * a worker thread that may end long before the daemon): the parent process is
+	 * polled instead, every ring poll (100 ms) */
 	pid_t parent = getppid();
-	prctl(PR_SET_PDEATHSIG, SIGTERM);  /* the daemon killed: no capture left behind */
-	if (getppid() != parent)
-		return 1;
 	struct blkreq_bpf *skel = blkreq_bpf__open();
 	if (!skel) {
 		fprintf(stderr, "cannot open the BPF object\n");
