@@ -72,7 +72,8 @@ in each phase.  Everything is undone at the end (even on Ctrl-C or SIGTERM):
 the daemon is unmounted and ended by its pid, the loop device's
 read_ahead_kb is checked to be its original again, the workload process
 ends, the cgroup is removed, the file system unmounted and the loop device
-detached.  Needs root, losetup, mkfs.ext4, FUSE, the BPF capture (clang, bpftool, libbpf), a memory cgroup.
+detached.  Needs root, losetup, mkfs.ext4, FUSE, the BPF capture (clang, bpftool,
+libbpf), a memory cgroup.
 
     .venv/bin/python -m tests.bench.readahead_win --quick   # ~6 minutes
     .venv/bin/python -m tests.bench.readahead_win           # ~25 minutes
