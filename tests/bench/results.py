@@ -375,10 +375,27 @@ def fleet_coldstart(out: Outputs) -> Row:
                measured, result, runs=f"{n} seeds", command=command)
 
 
+#: the demo's own summary line, as it prints it
+_FLEET_DEMO = re.compile(r"newcomer vs alone \(seed (?P<seed>\d+)\): ticks to recommendation "
+                         r"mode (?P<new>\S+) vs (?P<alone>\S+); second half (?P<qn>[\d.]+) vs "
+                         r"(?P<qa>[\d.]+) of the oracle")
+
+
 def fleet_demo(out: Outputs) -> Row:
-    return missing("fleet demo", "`mlfs demo --fleet 2` on this 2-core machine",
-                   "311 s; newcomer in recommendation at tick 460 against 1,332 alone, "
-                   "0.984 of the oracle against 0.934", "`mlfs demo --fleet 2`")
+    measured, command = "`mlfs demo --fleet 2` on this 2-core machine", "`mlfs demo --fleet 2`"
+    outputs = out.glob(f"{BENCH}/fleet-demo-*.txt")
+    runs = [(rel, _FLEET_DEMO.search((out.root / rel).read_text())) for rel in outputs]
+    runs = [(rel, m) for rel, m in runs if m]
+    if not runs:
+        return missing("fleet demo", measured,
+                       "311 s; newcomer in recommendation at tick 460 against 1,332 alone, "
+                       "0.984 of the oracle against 0.934", command)
+    result = "; ".join(
+        f"newcomer from the fleet policy in recommendation at tick {m['new']} against "
+        f"{m['alone']} learning alone, {m['qn']} against {m['qa']} of the oracle (second "
+        f"half, seed {m['seed']}; [{rel.rsplit('/', 1)[1]}]({rel}))" for rel, m in runs)
+    return Row("fleet demo", measured, result,
+               runs=f"{len(runs)} run{'s' if len(runs) > 1 else ' only'}", command=command)
 
 
 def predict(out: Outputs) -> Row:

@@ -47,9 +47,17 @@ def test_dirty_runs_are_rescored_by_the_one_rule_from_their_per_phase_ratios() -
     assert round(got["printed"], 2) == 1.20 and round(got["mlfs"], 2) == 1.15
 
 
-def test_a_row_without_committed_output_says_so() -> None:
-    row = results.fleet_demo(results.Outputs())
+def test_a_row_without_committed_output_says_so(tmp_path) -> None:
+    import subprocess
+
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    row = results.fleet_demo(results.Outputs(tmp_path))  # a tree with no demo output
     assert results.NO_OUTPUT in row.result and row.vs_default == results.NONE
+
+
+def test_the_fleet_demo_row_reads_the_demos_own_summary_line() -> None:
+    row = results.fleet_demo(results.Outputs())
+    assert results.NO_OUTPUT not in row.result and "fleet-demo-" in row.result
 
 
 def test_the_learning_row_reads_the_json_committed_last_or_latest_json(tmp_path) -> None:
