@@ -109,18 +109,27 @@ def test_train_on_a_path_that_does_not_exist_exits_2_with_one_line(tmp_path):
     assert not (tmp_path / "nowhere").exists()
 
 
-def test_train_on_an_existing_directory_not_yet_mounted_waits_for_the_mount(tmp_path):
+def test_train_on_an_unmounted_directory_waits_then_exits_2_at_max_seconds(tmp_path):
     done = run("train", str(tmp_path), "sim.readahead", "--max-seconds", "1.5", timeout=60)
-    assert done.returncode == 0
+    assert done.returncode == 2
     assert "waiting for" in done.stderr, done.stderr
+    assert done.stderr.splitlines()[-1] == (f"mlfs train: {tmp_path}: not an mlfs mount after "
+                                            "1.5 s (mount it: mlfs mount DIR)")
 
 
-def test_train_seed_and_verbose_reach_the_worker(tmp_path):
-    """One parser: --seed and -v are accepted, and -v turns on the worker's DEBUG log."""
-    done = run("train", str(tmp_path), "sim.readahead", "--seed", "3", "-v",
-               "--max-seconds", "2.5", timeout=60)
-    assert done.returncode == 0, done.stderr
-    assert "mlfs.train DEBUG waiting for" in done.stderr, done.stderr
+def test_train_seed_and_verbose_reach_the_trainer(tmp_path):
+    """One parser: --seed and -v are accepted, and -v turns on the trainer's DEBUG log."""
+    done = run("train", str(tmp_path), "sim.readahead", "--seed", "3", "-v", "--wait", "0",
+               timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "mlfs.train DEBUG training lgbm for" in done.stderr, done.stderr
+    assert "(seed 3, --wait 0 s" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("wait", ["-1", "nan", "inf", "soon"])
+def test_train_wait_that_is_not_seconds_is_refused_with_exit_2(tmp_path, wait):
+    done = run("train", str(tmp_path), "sim.readahead", "--wait", wait, timeout=60)
+    assert done.returncode == 2 and "--wait" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_mount_helper_exit_status_is_mount8s(tmp_path):

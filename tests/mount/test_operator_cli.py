@@ -9,15 +9,56 @@ matplotlib.
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 
-from tests.harness import REPO, mlfs_command, write_errno
+from tests.harness import REPO, mlfs_command, wait_for, write_errno
 
 
 def run_mlfs(*args: str, timeout: float = 60, prefix: tuple[str, ...] = (),
              env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([*prefix, *mlfs_command(*args)], capture_output=True, text=True,
                           timeout=timeout, cwd=REPO, env=env)
+
+
+# ---- mlfs train --wait ---------------------------------------------------------------------
+def test_train_for_a_subsystem_that_never_appears_exits_2_listing_the_served_ones(
+        quiet_mount):
+    done = run_mlfs("train", str(quiet_mount.mountpoint), "nosuch", "--wait", "0.5")
+    assert done.returncode == 2, done.stderr
+    last = done.stderr.splitlines()[-1]
+    assert "Traceback" not in done.stderr
+    assert last == (f"mlfs train: {quiet_mount.mountpoint}: no subsystem 'nosuch' after "
+                    "0.5 s; it serves: sim.readahead"), done.stderr
+    assert not (quiet_mount.mountpoint / "nosuch").exists()
+
+
+def test_train_max_seconds_sooner_than_wait_ends_the_wait_with_exit_2(quiet_mount):
+    done = run_mlfs("train", str(quiet_mount.mountpoint), "nosuch", "--max-seconds", "0.5",
+                    "--wait", "3600", timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "no subsystem 'nosuch' after 0.5 s; it serves: sim.readahead" in done.stderr
+
+
+def test_train_attaches_to_a_subsystem_loaded_while_it_waits(mount, tmp_path):
+    log_path = tmp_path / "train.log"
+    with open(log_path, "wb") as log:
+        trainer = subprocess.Popen(
+            mlfs_command("train", str(mount.mountpoint), "sim.late", "--wait", "120"),
+            stdout=log, stderr=log, cwd=REPO)
+    try:
+        wait_for(lambda: "no subsystem 'sim.late' yet" in log_path.read_text(), timeout=60,
+                 what="the trainer waiting for sim.late")
+        assert write_errno(mount.mountpoint / "control",
+                           b"load sim.readahead name=sim.late seed=3 tick_seconds=0.02\n") == 0
+        wait_for(lambda: "attached to" in log_path.read_text(), timeout=60,
+                 what="the trainer attached to sim.late")
+        assert (mount.mountpoint / "sim.late" / "models" / "lgbm").is_dir()
+    finally:
+        if trainer.poll() is None:
+            trainer.send_signal(signal.SIGTERM)
+        code = trainer.wait(timeout=60)
+    assert code == 0, log_path.read_text()[-2000:]
 
 
 # ---- mlfs fleet push: the state directory of a mount made with --state-dir -------------------
