@@ -8,17 +8,51 @@ matplotlib.
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import signal
 import subprocess
+from pathlib import Path
 
-from tests.harness import REPO, mlfs_command, wait_for, write_errno
+import pytest
+
+from tests.harness import REPO, mlfs_command, read_rows, wait_for, write_errno
+
+NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
 
 
 def run_mlfs(*args: str, timeout: float = 60, prefix: tuple[str, ...] = (),
              env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([*prefix, *mlfs_command(*args)], capture_output=True, text=True,
                           timeout=timeout, cwd=REPO, env=env)
+
+
+def need_setpriv() -> None:
+    if shutil.which("setpriv") is None:
+        pytest.skip("setpriv (util-linux) is needed to act as nobody")
+
+
+def without_matplotlib(tmp_path: Path) -> dict:
+    """An environment whose Python cannot import matplotlib (as without the plots extra)."""
+    site = tmp_path / "no-matplotlib"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import sys\n"
+        "class _Blocker:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] == 'matplotlib':\n"
+        "            raise ImportError('matplotlib is not installed')\n"
+        "sys.meta_path.insert(0, _Blocker())\n")
+    return {**os.environ, "PYTHONPATH": f"{site}:{REPO}"}
+
+
+def pending(mount) -> int:
+    text = (mount.mountpoint / "metrics").read_text()
+    found = re.search(r'^mlfs_dataset_rows_pending\{subsystem="sim.readahead"\} (\S+)$', text,
+                      re.M)
+    assert found, "no mlfs_dataset_rows_pending for sim.readahead"
+    return int(float(found.group(1)))
 
 
 # ---- mlfs train --wait ---------------------------------------------------------------------
@@ -71,3 +105,40 @@ def test_fleet_push_finds_the_state_dir_of_a_mount_made_with_state_dir(mount, tm
     assert list((mount.state_dir / "fleet").glob("push-*.json")), "the cursor is in its state"
 
 
+# ---- mlfs report: seal first, or say what is left out; --png needs matplotlib -------------
+def test_report_on_a_live_mount_seals_the_pending_rows_first(quiet_mount, tmp_path):
+    wait_for(lambda: pending(quiet_mount) > 0, what="pending rows")
+    before = len(read_rows(quiet_mount.sub / "dataset"))
+    waiting = pending(quiet_mount)
+    out = tmp_path / "live.html"
+    done = run_mlfs("report", str(quiet_mount.mountpoint), "sim.readahead", "--all",
+                    "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    sealed = len(read_rows(quiet_mount.sub / "dataset"))
+    assert sealed >= before + waiting
+    assert f" of {sealed} rows" in done.stdout, done.stdout
+
+
+def test_report_that_may_not_seal_says_how_many_rows_it_leaves_out(quiet_mount, tmp_path):
+    need_setpriv()
+    scratch = quiet_mount.root / "nobody-report"
+    scratch.mkdir(exist_ok=True)
+    os.chmod(scratch, 0o777)
+    assert write_errno(quiet_mount.sub / "control", b"prepare_dataset\n") == 0  # some rows
+    wait_for(lambda: pending(quiet_mount) > 0, what="pending rows")
+    done = run_mlfs("report", str(quiet_mount.mountpoint), "sim.readahead", "--out",
+                    str(scratch / "r.html"), prefix=tuple(NOBODY))
+    assert done.returncode == 0, done.stderr
+    assert re.search(r"sim.readahead/control: prepare_dataset refused \(Permission denied\): "
+                     r"\d+ rows pending since the last portion are not in the report",
+                     done.stderr), done.stderr
+    assert (scratch / "r.html").exists()
+
+
+def test_report_png_without_matplotlib_exits_2_and_writes_nothing(quiet_mount, tmp_path):
+    out = tmp_path / "p.html"
+    done = run_mlfs("report", str(quiet_mount.mountpoint), "sim.readahead", "--out", str(out),
+                    "--png", env=without_matplotlib(tmp_path))
+    assert done.returncode == 2
+    assert done.stderr == "mlfs: --png needs matplotlib (pip install 'mlfs[plots]')\n"
+    assert not out.exists() and not out.with_suffix(".png").exists()
