@@ -3,11 +3,12 @@
 Every test runs the real command in a subprocess against a real mount
 (issue 32): a trainer for a subsystem that never appears, `fleet push` on a
 mount made with --state-dir, `report` sealing first, `report --png` without
-matplotlib.
+matplotlib, `status --json`'s numbers.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import REPO, mlfs_command, read_rows, wait_for, write_errno
+from tests.harness import REPO, mlfs_command, new_model, read_rows, wait_for, write_errno
 
 NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
 
@@ -142,3 +143,21 @@ def test_report_png_without_matplotlib_exits_2_and_writes_nothing(quiet_mount, t
     assert done.returncode == 2
     assert done.stderr == "mlfs: --png needs matplotlib (pip install 'mlfs[plots]')\n"
     assert not out.exists() and not out.with_suffix(".png").exists()
+
+
+# ---- mlfs status --json: numbers are numbers ----------------------------------------------
+def test_status_json_gives_numbers_as_numbers_and_nan_as_null(quiet_mount):
+    model = new_model(quiet_mount.sub, "jsonview", start=False)
+    try:
+        assert (model / "efficiency").read_text().strip() == "nan"
+        done = run_mlfs("status", "--json", str(quiet_mount.mountpoint))
+        assert done.returncode == 0, done.stderr
+        status = json.loads(done.stdout, parse_constant=lambda c: pytest.fail(f"JSON has {c}"))
+        entry = status["subsystems"]["sim.readahead"]
+        assert isinstance(entry["objective"], float)
+        assert type(entry["knobs"]["read_ahead_kb"]) is int
+        assert isinstance(entry["tick"], int) and entry["tick"] >= 0
+        assert entry["models"]["jsonview"]["efficiency"] is None
+        assert entry["models"]["jsonview"]["state"] == "initialized"
+    finally:
+        os.rmdir(model)
