@@ -7,12 +7,14 @@
 
 _shtab_mlfs_config_subparsers=(default check)
 _shtab_mlfs_fleet_subparsers=(push train keygen status report reports)
-_shtab_mlfs_subparsers=(mount umount restore status report reports train demo bench config fleet backends)
+_shtab_mlfs_subparsers=(mount umount restore status emergency auto report reports train demo bench config fleet backends)
 
 _shtab_mlfs_mount_option_strings=(-h --help --config --state-dir --foreground)
 _shtab_mlfs_umount_option_strings=(-h --help --timeout)
 _shtab_mlfs_restore_option_strings=(-h --help --state-dir)
 _shtab_mlfs_status_option_strings=(-h --help --json --watch)
+_shtab_mlfs_emergency_option_strings=(-h --help)
+_shtab_mlfs_auto_option_strings=(-h --help)
 _shtab_mlfs_report_option_strings=(-h --help --model --out --all --last --max-points --png)
 _shtab_mlfs_reports_option_strings=(-h --help --subsystem --json --html)
 _shtab_mlfs_train_option_strings=(-h --help --model --max-seconds --wait --explore-ticks --relative --features --fleet --fleet-version --trusted-key --seed -v --verbose)
@@ -35,7 +37,7 @@ _shtab_mlfs_option_strings=(-h --help --version)
 
 _shtab_mlfs_config_pos_0_choices=(default check)
 _shtab_mlfs_fleet_pos_0_choices=(push train keygen status report reports)
-_shtab_mlfs_pos_0_choices=(mount umount restore status report reports train demo bench config fleet backends)
+_shtab_mlfs_pos_0_choices=(mount umount restore status emergency auto report reports train demo bench config fleet backends)
 
 _shtab_mlfs_mount__h_nargs=0
 _shtab_mlfs_mount___help_nargs=0
@@ -48,6 +50,10 @@ _shtab_mlfs_status__h_nargs=0
 _shtab_mlfs_status___help_nargs=0
 _shtab_mlfs_status___json_nargs=0
 _shtab_mlfs_status___watch_nargs='?'
+_shtab_mlfs_emergency__h_nargs=0
+_shtab_mlfs_emergency___help_nargs=0
+_shtab_mlfs_auto__h_nargs=0
+_shtab_mlfs_auto___help_nargs=0
 _shtab_mlfs_report__h_nargs=0
 _shtab_mlfs_report___help_nargs=0
 _shtab_mlfs_report___all_nargs=0

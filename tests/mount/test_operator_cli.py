@@ -3,7 +3,7 @@
 Every test runs the real command in a subprocess against a real mount
 (issue 32): a trainer for a subsystem that never appears, `fleet push` on a
 mount made with --state-dir, `report` sealing first, `report --png` without
-matplotlib, `status --json`'s numbers.
+matplotlib, `status --json`'s numbers, the kill switch's verbs.
 """
 
 from __future__ import annotations
@@ -161,3 +161,35 @@ def test_status_json_gives_numbers_as_numbers_and_nan_as_null(quiet_mount):
         assert entry["models"]["jsonview"]["state"] == "initialized"
     finally:
         os.rmdir(model)
+
+
+# ---- mlfs emergency|auto: the kill switch as a verb, with the mount's rights ---------------
+def pinned(mount) -> float:
+    text = (mount.mountpoint / "metrics").read_text()
+    return float(re.search(r"^mlfs_mount_emergency_pinned (\S+)$", text, re.M).group(1))
+
+
+def test_emergency_and_auto_pull_and_release_the_switch(mount):
+    done = run_mlfs("emergency", str(mount.mountpoint))
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+    assert pinned(mount) == 1
+    model = new_model(mount.sub, "pinned")
+    assert (model / "mode").read_text().strip() == "emergency"
+    done = run_mlfs("auto", str(mount.mountpoint))
+    assert (done.returncode, done.stderr) == (0, "")
+    assert pinned(mount) == 0
+
+
+def test_emergency_without_the_rights_prints_the_errno_on_one_line_and_exits_1(mount):
+    need_setpriv()
+    done = run_mlfs("emergency", str(mount.mountpoint), prefix=tuple(NOBODY))
+    assert done.returncode == 1
+    assert done.stderr == (f"mlfs emergency: {mount.mountpoint}/control: "
+                           "Permission denied\n")
+    assert pinned(mount) == 0
+
+
+def test_emergency_on_a_directory_that_is_not_a_mount_exits_2(tmp_path):
+    done = run_mlfs("auto", str(tmp_path))
+    assert done.returncode == 2
+    assert done.stderr == f"mlfs auto: {tmp_path}: not an mlfs mount (no version file)\n"
