@@ -5,7 +5,7 @@
 #    source ~/.local/share/bash_completion/mlfs
 # See also: https://github.com/scop/bash-completion/blob/main/doc/configuration.md
 
-_shtab_mlfs_config_subparsers=(default check)
+_shtab_mlfs_config_subparsers=(default check show schema)
 _shtab_mlfs_fleet_subparsers=(push train keygen status report reports)
 _shtab_mlfs_subparsers=(mount umount restore status emergency auto report reports train demo bench config fleet backends)
 
@@ -21,7 +21,9 @@ _shtab_mlfs_train_option_strings=(-h --help --model --max-seconds --wait --explo
 _shtab_mlfs_demo_option_strings=(-h --help --seconds --seed --keep --predict --fleet --host-ticks --ticks --tick)
 _shtab_mlfs_bench_option_strings=(-h --help --quick --json)
 _shtab_mlfs_config_default_option_strings=(-h --help)
-_shtab_mlfs_config_check_option_strings=(-h --help)
+_shtab_mlfs_config_check_option_strings=(-h --help --json)
+_shtab_mlfs_config_show_option_strings=(-h --help --json)
+_shtab_mlfs_config_schema_option_strings=(-h --help)
 _shtab_mlfs_config_option_strings=(-h --help)
 _shtab_mlfs_fleet_push_option_strings=(-h --help --store --subsystem --state-dir --once --interval --max-backoff --metrics-file)
 _shtab_mlfs_fleet_train_option_strings=(-h --help --store --subsystem --scheduler --workers --folds --since --until --fit-timeout --key --json)
@@ -35,7 +37,7 @@ _shtab_mlfs_option_strings=(-h --help --version)
 
 
 
-_shtab_mlfs_config_pos_0_choices=(default check)
+_shtab_mlfs_config_pos_0_choices=(default check show schema)
 _shtab_mlfs_fleet_pos_0_choices=(push train keygen status report reports)
 _shtab_mlfs_pos_0_choices=(mount umount restore status emergency auto report reports train demo bench config fleet backends)
 
@@ -77,6 +79,12 @@ _shtab_mlfs_config_default__h_nargs=0
 _shtab_mlfs_config_default___help_nargs=0
 _shtab_mlfs_config_check__h_nargs=0
 _shtab_mlfs_config_check___help_nargs=0
+_shtab_mlfs_config_check___json_nargs=0
+_shtab_mlfs_config_show__h_nargs=0
+_shtab_mlfs_config_show___help_nargs=0
+_shtab_mlfs_config_show___json_nargs=0
+_shtab_mlfs_config_schema__h_nargs=0
+_shtab_mlfs_config_schema___help_nargs=0
 _shtab_mlfs_config_pos_0_nargs=A...
 _shtab_mlfs_config__h_nargs=0
 _shtab_mlfs_config___help_nargs=0
