@@ -296,3 +296,17 @@ def test_check_jsonschema_validates_the_default_against_the_checked_in_schema(tm
     done = subprocess.run([str(tool), "--schemafile", str(REPO / "docs/config.schema.json"),
                            str(config)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 1 and "seal_row" in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--json"], (None, True)),
+    (["--json", "--quick"], (None, True)),
+    (["--json-out", "b.json"], ("b.json", False)),
+    (["--json", "b.json"], ("b.json", False)),  # the old spelling of --json-out, kept
+    (["--json", "--json-out", "b.json"], ("b.json", True)),
+    ([], (None, False)),
+])
+def test_bench_json_is_a_flag_and_json_out_names_the_file(argv, expected):
+    from mlfs.cli.bench import outputs
+
+    assert outputs(build_parser().parse_args(["bench", *argv])) == expected
