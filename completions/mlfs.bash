@@ -5,21 +5,25 @@
 #    source ~/.local/share/bash_completion/mlfs
 # See also: https://github.com/scop/bash-completion/blob/main/doc/configuration.md
 
-_shtab_mlfs_config_subparsers=(default check)
+_shtab_mlfs_config_subparsers=(default check show schema)
 _shtab_mlfs_fleet_subparsers=(push train keygen status report reports)
-_shtab_mlfs_subparsers=(mount umount restore status report reports train demo bench config fleet backends)
+_shtab_mlfs_subparsers=(mount umount restore status emergency auto report reports train demo bench config fleet backends)
 
 _shtab_mlfs_mount_option_strings=(-h --help --config --state-dir --foreground)
 _shtab_mlfs_umount_option_strings=(-h --help --timeout)
 _shtab_mlfs_restore_option_strings=(-h --help --state-dir)
 _shtab_mlfs_status_option_strings=(-h --help --json --watch)
+_shtab_mlfs_emergency_option_strings=(-h --help)
+_shtab_mlfs_auto_option_strings=(-h --help)
 _shtab_mlfs_report_option_strings=(-h --help --model --out --all --last --max-points --png)
 _shtab_mlfs_reports_option_strings=(-h --help --subsystem --json --html)
-_shtab_mlfs_train_option_strings=(-h --help --model --max-seconds --explore-ticks --relative --features --fleet --fleet-version --trusted-key --seed -v --verbose)
+_shtab_mlfs_train_option_strings=(-h --help --model --max-seconds --wait --explore-ticks --relative --features --fleet --fleet-version --trusted-key --seed -v --verbose)
 _shtab_mlfs_demo_option_strings=(-h --help --seconds --seed --keep --predict --fleet --host-ticks --ticks --tick)
-_shtab_mlfs_bench_option_strings=(-h --help --quick --json)
+_shtab_mlfs_bench_option_strings=(-h --help --quick --json --json-out)
 _shtab_mlfs_config_default_option_strings=(-h --help)
-_shtab_mlfs_config_check_option_strings=(-h --help)
+_shtab_mlfs_config_check_option_strings=(-h --help --json)
+_shtab_mlfs_config_show_option_strings=(-h --help --json)
+_shtab_mlfs_config_schema_option_strings=(-h --help)
 _shtab_mlfs_config_option_strings=(-h --help)
 _shtab_mlfs_fleet_push_option_strings=(-h --help --store --subsystem --state-dir --once --interval --max-backoff --metrics-file)
 _shtab_mlfs_fleet_train_option_strings=(-h --help --store --subsystem --scheduler --workers --folds --since --until --fit-timeout --key --json)
@@ -33,9 +37,9 @@ _shtab_mlfs_option_strings=(-h --help --version)
 
 
 
-_shtab_mlfs_config_pos_0_choices=(default check)
+_shtab_mlfs_config_pos_0_choices=(default check show schema)
 _shtab_mlfs_fleet_pos_0_choices=(push train keygen status report reports)
-_shtab_mlfs_pos_0_choices=(mount umount restore status report reports train demo bench config fleet backends)
+_shtab_mlfs_pos_0_choices=(mount umount restore status emergency auto report reports train demo bench config fleet backends)
 
 _shtab_mlfs_mount__h_nargs=0
 _shtab_mlfs_mount___help_nargs=0
@@ -48,6 +52,10 @@ _shtab_mlfs_status__h_nargs=0
 _shtab_mlfs_status___help_nargs=0
 _shtab_mlfs_status___json_nargs=0
 _shtab_mlfs_status___watch_nargs='?'
+_shtab_mlfs_emergency__h_nargs=0
+_shtab_mlfs_emergency___help_nargs=0
+_shtab_mlfs_auto__h_nargs=0
+_shtab_mlfs_auto___help_nargs=0
 _shtab_mlfs_report__h_nargs=0
 _shtab_mlfs_report___help_nargs=0
 _shtab_mlfs_report___all_nargs=0
@@ -67,10 +75,17 @@ _shtab_mlfs_demo___predict_nargs=0
 _shtab_mlfs_bench__h_nargs=0
 _shtab_mlfs_bench___help_nargs=0
 _shtab_mlfs_bench___quick_nargs=0
+_shtab_mlfs_bench___json_nargs='?'
 _shtab_mlfs_config_default__h_nargs=0
 _shtab_mlfs_config_default___help_nargs=0
 _shtab_mlfs_config_check__h_nargs=0
 _shtab_mlfs_config_check___help_nargs=0
+_shtab_mlfs_config_check___json_nargs=0
+_shtab_mlfs_config_show__h_nargs=0
+_shtab_mlfs_config_show___help_nargs=0
+_shtab_mlfs_config_show___json_nargs=0
+_shtab_mlfs_config_schema__h_nargs=0
+_shtab_mlfs_config_schema___help_nargs=0
 _shtab_mlfs_config_pos_0_nargs=A...
 _shtab_mlfs_config__h_nargs=0
 _shtab_mlfs_config___help_nargs=0

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import abc
 import collections
+import difflib
 import inspect
 import math
 import re
@@ -647,6 +648,9 @@ def check_settings(settings: Mapping[str, object], schema: Schema,
             continue
         check = schema.get(key)
         if check is None:
+            near = difflib.get_close_matches(key, list(schema), n=1, cutoff=0.6)
+            if near:  # a misspelling: the nearest name, not the whole list
+                raise SettingError(key, f"unknown setting (did you mean {near[0]}?)")
             known = ", ".join(k for k in schema)
             raise SettingError(key, f"unknown setting (known: {known})")
         try:

@@ -225,7 +225,7 @@ def serve(mountpoint: Path, config: Config, state_dir: Path, ready_fd: int | Non
     pid_path = state_dir / statedir.PID_FILE
     statedir.write_pid(state_dir)
     try:  # resolved now, before mounting: afterwards the path is served by this process
-        run_pid = runfile.write(os.path.realpath(mountpoint), str(mountpoint))
+        run_pid = runfile.write(os.path.realpath(mountpoint), str(mountpoint), state_dir)
     except OSError as exc:
         run_pid = None
         log.warning("no pid file under %s (%s): `mlfs umount` will unmount without "

@@ -52,15 +52,17 @@ def pid_path(mountpoint: str | Path) -> Path:
     return run_dir() / f"{escape_path(os.path.abspath(mountpoint))}.pid"
 
 
-def write(mountpoint: str | Path, given: str) -> Path:
+def write(mountpoint: str | Path, given: str, state_dir: str | Path | None = None) -> Path:
     """Record this process as the daemon of `mountpoint` (atomically); returns the file.
 
-    `given` is the mountpoint as it appears in this process's command line.
+    `given` is the mountpoint as it appears in this process's command line;
+    `state_dir` the daemon's state directory (recorded absolute).
     """
     path = pid_path(mountpoint)
     path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(f"{os.getpid()}\n{given}\n")
+    state = f"{os.path.abspath(state_dir)}\n" if state_dir is not None else ""
+    tmp.write_text(f"{os.getpid()}\n{given}\n{state}")
     os.replace(tmp, path)
     return path
 
@@ -92,6 +94,19 @@ def read(mountpoint: str | Path) -> int | None:
     except (OSError, ValueError):
         return None
     return pid if pid > 0 and names_mountpoint(pid, given) else None
+
+
+def state_dir(mountpoint: str | Path) -> Path | None:
+    """The state directory of the live daemon serving `mountpoint`, from its pid file;
+    None if no live daemon serves it or its pid file does not record one."""
+    try:
+        lines = pid_path(mountpoint).read_text().split("\n")
+        pid, given = int(lines[0]), lines[1]
+    except (OSError, ValueError, IndexError):
+        return None
+    if len(lines) < 3 or not lines[2] or pid <= 0 or not names_mountpoint(pid, given):
+        return None
+    return Path(lines[2])
 
 
 def mounted_fstype(mountpoint: str | Path) -> str | None:

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import argparse
 import filecmp
+import json
 import os
 import shutil
 import subprocess
 import sys
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -109,18 +111,27 @@ def test_train_on_a_path_that_does_not_exist_exits_2_with_one_line(tmp_path):
     assert not (tmp_path / "nowhere").exists()
 
 
-def test_train_on_an_existing_directory_not_yet_mounted_waits_for_the_mount(tmp_path):
+def test_train_on_an_unmounted_directory_waits_then_exits_2_at_max_seconds(tmp_path):
     done = run("train", str(tmp_path), "sim.readahead", "--max-seconds", "1.5", timeout=60)
-    assert done.returncode == 0
+    assert done.returncode == 2
     assert "waiting for" in done.stderr, done.stderr
+    assert done.stderr.splitlines()[-1] == (f"mlfs train: {tmp_path}: not an mlfs mount after "
+                                            "1.5 s (mount it: mlfs mount DIR)")
 
 
-def test_train_seed_and_verbose_reach_the_worker(tmp_path):
-    """One parser: --seed and -v are accepted, and -v turns on the worker's DEBUG log."""
-    done = run("train", str(tmp_path), "sim.readahead", "--seed", "3", "-v",
-               "--max-seconds", "2.5", timeout=60)
-    assert done.returncode == 0, done.stderr
-    assert "mlfs.train DEBUG waiting for" in done.stderr, done.stderr
+def test_train_seed_and_verbose_reach_the_trainer(tmp_path):
+    """One parser: --seed and -v are accepted, and -v turns on the trainer's DEBUG log."""
+    done = run("train", str(tmp_path), "sim.readahead", "--seed", "3", "-v", "--wait", "0",
+               timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "mlfs.train DEBUG training lgbm for" in done.stderr, done.stderr
+    assert "(seed 3, --wait 0 s" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("wait", ["-1", "nan", "inf", "soon"])
+def test_train_wait_that_is_not_seconds_is_refused_with_exit_2(tmp_path, wait):
+    done = run("train", str(tmp_path), "sim.readahead", "--wait", wait, timeout=60)
+    assert done.returncode == 2 and "--wait" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_mount_helper_exit_status_is_mount8s(tmp_path):
@@ -191,3 +202,111 @@ def test_output_into_a_closed_pipe_ends_quietly_as_sigpipe_would():
                           capture_output=True, text=True, timeout=60, cwd=REPO)
     assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
     assert done.stdout.strip() in ("0", "141")
+
+
+# ---- mlfs config check --json, show, schema (issue 32, items 4 and 6) ---------------------
+def test_config_check_json_says_valid_or_the_error_with_its_line(tmp_path):
+    good = tmp_path / "good.toml"
+    good.write_text(default_text())
+    done = run("config", "check", "--json", str(good))
+    assert (done.returncode, done.stderr) == (0, "")
+    assert json.loads(done.stdout) == {"file": str(good), "valid": True, "error": None,
+                                       "line": None}
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[store]\nseal_row = 5\n")
+    done = run("config", "check", "--json", str(bad))
+    assert (done.returncode, done.stderr) == (2, "")
+    assert json.loads(done.stdout) == {
+        "file": str(bad), "valid": False, "line": 2,
+        "error": f"{bad}: store.seal_row: unknown setting (did you mean seal_rows?) (at line 2)"}
+
+
+def test_config_show_prints_every_setting_with_defaults_and_reads_back_the_same(tmp_path):
+    from mlfs.config import SECTIONS, load_config, parse_config
+
+    path = tmp_path / "small.toml"
+    path.write_text("[store]\nseal_rows = 100\n\n[[subsystem]]\nbackend = \"sim.readahead\"\n"
+                    "phases = [\"sequential\"]\n\n[[subsystem]]\nbackend = \"linux.vm\"\n"
+                    "apply = {swappiness = [0, 100]}\n")
+    done = run("config", "show", str(path))
+    assert (done.returncode, done.stderr) == (0, "")
+    shown = parse_config(done.stdout, "shown")
+    given = load_config(path)
+    assert (shown.mount, shown.store, shown.modes, shown.subsystems) == (
+        given.mount, given.store, given.modes, given.subsystems)
+    assert "seal_rows = 100\n" in done.stdout and "max_tasks = 512\n" in done.stdout
+    as_json = run("config", "show", "--json", str(path))
+    data = json.loads(as_json.stdout)
+    assert set(data) == {*SECTIONS, "subsystem"} and data["store"]["seal_rows"] == 100
+    assert data["modes"]["window_ticks"] == 400 and data["subsystem"][0]["phases"] == [
+        "sequential"]
+
+
+def test_config_show_of_a_bad_file_is_one_line_and_exit_2(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text("[mount]\nmax_tasks = 8\n")
+    done = run("config", "show", str(path))
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (f"mlfs: {path}: mount.max_tasks: 8 is outside 64..65536 "
+                           "(at line 2)\n")
+
+
+def test_the_checked_in_json_schema_is_what_config_schema_prints():
+    done = run("config", "schema")
+    assert done.returncode == 0
+    assert (REPO / "docs/config.schema.json").read_text() == done.stdout, (
+        "docs/config.schema.json is stale: mlfs config schema > docs/config.schema.json")
+
+
+def test_the_json_schema_accepts_the_shipped_files_and_refuses_what_the_loader_refuses():
+    import tomllib
+
+    jsonschema = pytest.importorskip("jsonschema")
+    from mlfs.config import RANGES, SECTIONS, json_schema
+
+    schema = json_schema()
+    jsonschema.Draft202012Validator.check_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    for text in (default_text(), (REPO / "docker/mlfs.toml").read_text()):
+        assert not list(validator.iter_errors(tomllib.loads(text)))
+    for bad in ("[mount]\nmax_tasks = 8\n", "[store]\nseal_row = 5\n", "[mounts]\n",
+                "[modes]\nlearning_share = 1.5\n", "[mount]\nallow_other = 1\n",
+                "[[subsystem]]\nname = \"x\"\n"):
+        assert list(validator.iter_errors(tomllib.loads(bad))), bad
+    # every setting of every table, with the one range table's bounds
+    for table, cls in SECTIONS.items():
+        settings = schema["properties"][table]["properties"]
+        assert set(settings) == {f.name for f in fields(cls)}
+        for name, entry in settings.items():
+            if f"{table}.{name}" in RANGES:
+                lo, hi = RANGES[f"{table}.{name}"]
+                assert (entry["minimum"], entry["maximum"]) == (lo, hi)
+
+
+def test_check_jsonschema_validates_the_default_against_the_checked_in_schema(tmp_path):
+    tool = Path(sys.executable).parent / "check-jsonschema"
+    if not tool.exists():
+        pytest.skip("needs check-jsonschema (pip install -e '.[test]')")
+    config = tmp_path / "mlfs.toml"
+    config.write_text(default_text())
+    done = subprocess.run([str(tool), "--schemafile", str(REPO / "docs/config.schema.json"),
+                           str(config)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    config.write_text("[store]\nseal_row = 5\n")
+    done = subprocess.run([str(tool), "--schemafile", str(REPO / "docs/config.schema.json"),
+                           str(config)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "seal_row" in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--json"], (None, True)),
+    (["--json", "--quick"], (None, True)),
+    (["--json-out", "b.json"], ("b.json", False)),
+    (["--json", "b.json"], ("b.json", False)),  # the old spelling of --json-out, kept
+    (["--json", "--json-out", "b.json"], ("b.json", True)),
+    ([], (None, False)),
+])
+def test_bench_json_is_a_flag_and_json_out_names_the_file(argv, expected):
+    from mlfs.cli.bench import outputs
+
+    assert outputs(build_parser().parse_args(["bench", *argv])) == expected

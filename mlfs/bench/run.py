@@ -78,17 +78,18 @@ def run(plan: Plan, command: str) -> dict[str, Any]:
     return report
 
 
-def main(quick: bool = False, json_path: str | None = None) -> int:
-    """`mlfs bench [--quick] [--json FILE]` (parsed by mlfs.cli.bench): run, print the
-    table, write the JSON and the .md beside it; 1 when the concurrency run failed."""
+def main(quick: bool = False, json_path: str | None = None, as_json: bool = False) -> int:
+    """`mlfs bench [--quick] [--json] [--json-out FILE]` (parsed by mlfs.cli.bench): run,
+    print the table (`as_json`: the report as JSON instead), write the JSON and the .md
+    beside it to `json_path`; 1 when the concurrency run failed."""
     plan = QUICK if quick else FULL
 
     def on_sigterm(signum: int, frame: object) -> None:
         raise KeyboardInterrupt  # unwind through the cleanup: mounts ended, files removed
 
     signal.signal(signal.SIGTERM, on_sigterm)
-    command = "mlfs bench" + (" --quick" if quick else "") + (
-        f" --json {json_path}" if json_path else "")
+    command = "mlfs bench" + (" --quick" if quick else "") + (" --json" if as_json else "") + (
+        f" --json-out {json_path}" if json_path else "")
     try:
         report = run(plan, command)
     except KeyboardInterrupt:
@@ -98,7 +99,7 @@ def main(quick: bool = False, json_path: str | None = None) -> int:
         print(f"mlfs bench: {exc}", file=sys.stderr)
         return 1
     table = markdown(report)
-    print(table)
+    print(json.dumps(report, indent=2, default=str) if as_json else table)
     if json_path:
         path = Path(json_path)
         path.write_text(json.dumps(report, indent=2, default=str) + "\n")

@@ -26,13 +26,14 @@ from . import (
     reports,
     restore,
     status,
+    switch,
     train,
     umount,
 )
 
 #: in the order of `mlfs --help`
-COMMANDS = (mount, umount, restore, status, report, reports, train, demo, bench, config, fleet,
-            backends)
+COMMANDS = (mount, umount, restore, status, switch, report, reports, train, demo, bench, config,
+            fleet, backends)
 
 #: one line per command for the top-level description; each command's help= says the rest
 SUMMARY = """mlfs exchanges data and decisions between kernel subsystems and user-space ML
@@ -55,6 +56,8 @@ Every command takes --help.  Manual page: mlfs(8).""",
         ("reports", reports), ("train", train), ("demo", demo), ("bench", bench),
         ("backends", backends),
         ("restore", restore), ("fleet", fleet), ("config", config))},
+    "emergency": switch.EMERGENCY_EXAMPLES,
+    "auto": switch.AUTO_EXAMPLES,
 }
 
 

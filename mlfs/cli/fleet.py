@@ -23,6 +23,17 @@ EXAMPLES = """examples:
   mlfs fleet reports --store /srv/fleet     # kernel crash reports merged over hosts"""
 
 
+def mount_state_dir(mountpoint: Path) -> Path:
+    """The state directory of the daemon serving `mountpoint`, as its pid file records
+    it (a mount made with --state-dir too); the default one when no daemon records it."""
+    from .. import runfile
+
+    found = runfile.state_dir(mountpoint)
+    if found is None and os.path.abspath(mountpoint) != os.path.realpath(mountpoint):
+        found = runfile.state_dir(os.path.realpath(mountpoint))
+    return found or default_state_dir(mountpoint)
+
+
 def cmd_fleet_push(args: argparse.Namespace) -> int:
     import logging
 
@@ -30,7 +41,7 @@ def cmd_fleet_push(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     mountpoint = Path(args.mountpoint)
-    state_dir = Path(args.state_dir) if args.state_dir else default_state_dir(mountpoint)
+    state_dir = Path(args.state_dir) if args.state_dir else mount_state_dir(mountpoint)
     return push_main(mountpoint, args.store, state_dir, args.subsystem or (), args.once,
                      args.interval, args.max_backoff,
                      Path(args.metrics_file) if args.metrics_file else None)
@@ -117,7 +128,8 @@ def add_parser(sub) -> None:
                    help="a subsystem name or glob to ship (repeatable; default: all)")
     q.add_argument("--state-dir", metavar="DIR",
                    help="the mount's state directory, where the cursor is kept "
-                   "(default: the one `mlfs mount` picks for the mountpoint)")
+                   "(default: the one the running daemon of MOUNTPOINT records in its pid "
+                   "file, else the one `mlfs mount` picks for the mountpoint)")
     q.add_argument("--once", action="store_true",
                    help="one pass, then exit: 0 when nothing waits, 1 on a store error")
     q.add_argument("--interval", type=float, default=5.0, metavar="SECONDS",

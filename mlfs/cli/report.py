@@ -22,7 +22,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 def add_parser(sub) -> None:
     p = command(sub, "report", "an HTML report (inline SVG) of a subsystem's run", EXAMPLES)
     p.add_argument("mountpoint", metavar="MOUNTPOINT|STATE_DIR",
-                   help="a mounted exchange, or a mount's state directory (also after "
+                   help="a mounted exchange (its pending rows are sealed first, as "
+                        "prepare_dataset does), or a mount's state directory (also after "
                         "umount: its sealed portions are reported)")
     p.add_argument("subsystem", help="the subsystem's name (a directory of the mount)")
     p.add_argument("--model", help="the model whose modes and efficiency to show "
@@ -36,5 +37,6 @@ def add_parser(sub) -> None:
     p.add_argument("--max-points", type=int, default=5000, metavar="N",
                    help="plot at most this many objective points (every k-th row beyond)")
     p.add_argument("--png", action="store_true",
-                   help="also write FILE.png with matplotlib (pip install 'mlfs[plots]')")
+                   help="also write FILE.png with matplotlib (pip install 'mlfs[plots]'; "
+                   "without it: one line, exit 2, nothing written)")
     p.set_defaults(func=cmd_report)

@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import argparse
 import errno
+import logging
 import os
 import signal
 import sys
+import threading
+import time
+from pathlib import Path
 
 from .common import command
 
@@ -37,6 +41,49 @@ def _missing_mountpoint(path: str) -> str | None:
     return None
 
 
+#: how often a trainer waiting for its mount or subsystem looks again
+WAIT_POLL_SECONDS = 0.25
+
+
+def subsystems_of(mountpoint: str) -> list[str] | None:
+    """The subsystems MOUNTPOINT serves (directories with an `info`), None if it is not
+    an mlfs mount (no `version` file: not mounted yet, or a stale mount)."""
+    root = Path(mountpoint)
+    try:
+        if not (root / "version").is_file():
+            return None
+        return sorted(p.name for p in root.iterdir() if (p / "info").is_file())
+    except OSError:
+        return None
+
+
+def wait_for_subsystem(mountpoint: str, subsystem: str, seconds: float,
+                       stop: threading.Event) -> str | None:
+    """Wait up to `seconds` for MOUNTPOINT/SUBSYSTEM to be served (it may be loaded at
+    run time, or the mount may still be coming up); None once it is (or `stop` is set),
+    else the one line saying why not and which subsystems the mount serves."""
+    log = logging.getLogger("mlfs.train")
+    deadline = time.monotonic() + seconds
+    said = None
+    while not stop.is_set():
+        names = subsystems_of(mountpoint)
+        if names is not None and subsystem in names:
+            return None
+        why = "not an mlfs mount yet" if names is None else f"no subsystem {subsystem!r} yet"
+        if why != said:
+            log.info("waiting for %s/%s (%s; up to %g s, --wait)", mountpoint, subsystem,
+                     why, seconds)
+            said = why
+        if time.monotonic() >= deadline:
+            if names is None:
+                return (f"{mountpoint}: not an mlfs mount after {seconds:g} s (mount it: "
+                        "mlfs mount DIR)")
+            return (f"{mountpoint}: no subsystem {subsystem!r} after {seconds:g} s; it serves: "
+                    f"{', '.join(names) or 'none'}")
+        stop.wait(min(WAIT_POLL_SECONDS, max(0.0, deadline - time.monotonic())))
+    return None
+
+
 def model_name(text: str) -> str:
     """--model: a model directory's name, as the mount accepts it (mlfs.abi.NAME)."""
     from ..abi import NAME
@@ -44,6 +91,17 @@ def model_name(text: str) -> str:
     if not NAME.fullmatch(text):
         raise argparse.ArgumentTypeError(f"{text!r}: use [a-z0-9][a-z0-9._-]{{0,63}}")
     return text
+
+
+def nonnegative_seconds(text: str) -> float:
+    """--wait: a finite number of seconds, 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: use a number of seconds >= 0")
+    return value
 
 
 def feature_list(text: str) -> list[str]:
@@ -55,10 +113,8 @@ def feature_list(text: str) -> list[str]:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    """Run the trainer worker until SIGINT/SIGTERM (exit 0) or --max-seconds."""
-    import logging
-    import threading
-
+    """Run the trainer worker until SIGINT/SIGTERM (exit 0) or --max-seconds; exit 2 when
+    the subsystem is not served within --wait (or --max-seconds if sooner)."""
     missing = _missing_mountpoint(args.mountpoint)
     if missing:
         # a typo, not a mount still coming up: waiting would look like success (exit 0)
@@ -67,6 +123,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                             format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("mlfs.train").debug(
+        "training %s for %s/%s (seed %d, --wait %g s, --max-seconds %g)", args.model,
+        args.mountpoint, args.subsystem, args.seed, args.wait, args.max_seconds)
     from mlfs.trainers.schedule import LEARNING_TTL
     from mlfs.trainers.worker import BadOptions, run_worker
 
@@ -90,8 +149,19 @@ def cmd_train(args: argparse.Namespace) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             previous[sig] = signal.signal(sig, lambda *_: stop.set())
     try:
+        started = time.monotonic()
+        grace = min(args.wait, args.max_seconds) if args.max_seconds else args.wait
+        absent = wait_for_subsystem(args.mountpoint, args.subsystem, grace, stop)
+        if absent:
+            print(f"mlfs train: {absent}", file=sys.stderr)
+            return 2
+        if stop.is_set():
+            return 0
+        left = args.max_seconds - (time.monotonic() - started) if args.max_seconds else None
+        if left is not None and left <= 0:
+            return 0
         run_worker(args.mountpoint, args.subsystem, args.model, stop=stop,
-                   max_seconds=args.max_seconds or None, seed=args.seed,
+                   max_seconds=left, seed=args.seed,
                    learning_ttl=args.explore_ticks or LEARNING_TTL, relative=args.relative,
                    initial_policy=initial, features=args.features)
     except BadOptions as exc:
@@ -111,6 +181,10 @@ def add_parser(sub) -> None:
                    help="the model directory to create and start (default lgbm)")
     p.add_argument("--max-seconds", type=float, default=0.0, metavar="SECONDS",
                    help="stop after this many seconds (default 0: until interrupted)")
+    p.add_argument("--wait", type=nonnegative_seconds, default=60.0, metavar="SECONDS",
+                   help="how long to wait for the mount and the subsystem to appear (it may be "
+                   "loaded at run time) before exiting 2 with the subsystems the mount serves "
+                   "(default 60; --max-seconds if sooner)")
     p.add_argument("--explore-ticks", type=int, default=0, metavar="TICKS",
                    help="ticks each exploration lasts (default 10)")
     p.add_argument("--relative", action="store_true",

@@ -25,6 +25,12 @@ max_points); the figure caption and the `data-rows` / `data-points`
 attributes of each `<svg>` say how many were drawn.  Rows with a non-finite
 objective are not drawn.  Rolling statistics always use every row.
 
+On a live mount the subsystem's pending rows are sealed first
+(`prepare_dataset`, as a trainer asks), so the page ends at the last tick and
+agrees with `mlfs status`; when the seal is refused (no write access to
+`control`), one line says how many rows are left out.  A state directory is
+reported as it is.
+
 Layout: `data` turns rows into a `Run` (the figures, efficiency through
 `mlfs.core.efficiency`); `html` and `png` only draw a `Run`; this module
 is the command.
@@ -39,10 +45,11 @@ from pathlib import Path
 from .data import CONTEXT_ROWS, WINDOW_TICKS, Run, collect, is_state_dir, load_info
 from .data import window_efficiency as window_efficiency
 from .html import render
-from .png import write_png
+from .png import png_available, write_png
 
 __all__ = ["CONTEXT_ROWS", "WINDOW_TICKS", "Run", "build", "collect", "is_state_dir",
-           "load_info", "main", "render", "window_efficiency", "write_png"]
+           "load_info", "main", "png_available", "render", "seal", "window_efficiency",
+           "write_png"]
 
 
 def build(mountpoint: Path, subsystem: str, model: str | None = None, last: int = 0,
@@ -53,9 +60,40 @@ def build(mountpoint: Path, subsystem: str, model: str | None = None, last: int 
     return page, summary, run
 
 
+def pending_rows(mountpoint: Path, subsystem: str) -> str:
+    """The subsystem's `mlfs_dataset_rows_pending` from MOUNT/metrics, or "?"."""
+    prefix = f'mlfs_dataset_rows_pending{{subsystem="{subsystem}"}} '
+    try:
+        text = (mountpoint / "metrics").read_text()
+    except OSError:
+        return "?"
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            return line[len(prefix):].strip().removesuffix(".0")
+    return "?"
+
+
+def seal(mountpoint: Path, subsystem: str) -> str | None:
+    """Seal the live subsystem's pending rows (`prepare_dataset`, as a trainer does), so
+    the report ends at the last tick; None when sealed, else the line saying what is left
+    out (the errno, and the rows pending)."""
+    from ..client import write_line
+
+    try:
+        write_line(mountpoint / subsystem / "control", "prepare_dataset")
+        return None
+    except OSError as exc:
+        return (f"mlfs: {mountpoint / subsystem}/control: prepare_dataset refused "
+                f"({exc.strerror or exc}): {pending_rows(mountpoint, subsystem)} rows "
+                "pending since the last portion are not in the report")
+
+
 def main(args: argparse.Namespace) -> int:
     mountpoint = Path(args.mountpoint)
     sub = mountpoint / args.subsystem
+    if args.png and not png_available():  # before anything is written or sealed
+        print("mlfs: --png needs matplotlib (pip install 'mlfs[plots]')", file=sys.stderr)
+        return 2
     state = is_state_dir(mountpoint, args.subsystem)
     if not state and not (mountpoint / "version").exists():
         print(f"mlfs: {mountpoint}: neither an mlfs mount (no version file) nor a state "
@@ -70,6 +108,10 @@ def main(args: argparse.Namespace) -> int:
         print(f"mlfs: no subsystem {args.subsystem!r} in {mountpoint} "
               f"(there: {', '.join(names) or 'none'})", file=sys.stderr)
         return 1
+    if not state:
+        left_out = seal(mountpoint, args.subsystem)
+        if left_out:
+            print(left_out, file=sys.stderr)
     if args.model and not (sub / "models" / args.model).is_dir():
         print(f"mlfs: no model {args.model!r} in {sub}/models (its dataset rows are "
               "still reported)", file=sys.stderr)
@@ -90,9 +132,9 @@ def main(args: argparse.Namespace) -> int:
           f"{summary['mode_changes']} mode changes)")
     if args.png:
         png = out.with_suffix(".png")
-        if write_png(png, run):
-            print(f"mlfs: wrote {png}")
-        else:
-            print("mlfs: --png needs matplotlib (pip install matplotlib); wrote the HTML only",
-                  file=sys.stderr)
+        if not write_png(png, run):  # checked above: only if it vanished meanwhile
+            print("mlfs: --png needs matplotlib (pip install 'mlfs[plots]'); wrote the HTML "
+                  "only", file=sys.stderr)
+            return 2
+        print(f"mlfs: wrote {png}")
     return 0

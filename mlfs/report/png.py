@@ -8,6 +8,15 @@ from .data import WINDOW_TICKS, Run
 from .html import COLORS
 
 
+def png_available() -> bool:
+    """True when matplotlib can be imported (the `plots` extra)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def write_png(path: Path, run: Run) -> bool:
     """The objective and efficiency charts as a PNG; False when matplotlib is missing."""
     try:

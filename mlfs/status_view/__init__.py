@@ -12,6 +12,9 @@ reason), an efficiency trend (a sparkline of the feedback rows' per-tick
 `efficiency`, the newest ML ticks binned into at most 40 characters), the last
 three lines of `errors`, and per subsystem each knob against its default.
 
+`--json` prints the same status with numbers as JSON numbers: the objective,
+knob values and efficiency (`nan` or an unreadable `?` become null).
+
 The package: `data` (reading the mount), `render` (text), `watch` (redrawing).
 """
 
@@ -22,11 +25,12 @@ import sys
 from pathlib import Path
 
 from ..client import NotMounted, read_portion, tail_rows
-from .data import collect
+from .data import collect, machine
 from .render import render, use_color
 from .watch import watch
 
-__all__ = ["NotMounted", "collect", "main", "read_portion", "render", "tail_rows", "watch"]
+__all__ = ["NotMounted", "collect", "machine", "main", "read_portion", "render", "tail_rows",
+           "watch"]
 
 
 def main(mountpoint: Path, as_json: bool = False, watch_seconds: float | None = None) -> int:
@@ -38,7 +42,7 @@ def main(mountpoint: Path, as_json: bool = False, watch_seconds: float | None = 
         print(f"mlfs: {mountpoint}: {exc.strerror or exc}", file=sys.stderr)
         return 1
     if as_json:
-        print(json.dumps(status, indent=2, default=str))
+        print(json.dumps(machine(status), indent=2, default=str, allow_nan=False))
     else:
         sys.stdout.write(render(status, color=use_color()))
     return 0

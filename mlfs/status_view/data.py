@@ -116,3 +116,54 @@ def collect(mountpoint: Path) -> dict:
             m["efficiency_trend"], m["trend_ticks"] = efficiency_trend(model_dir)
             m["mode_history"] = mode_runs(history, model, cut)
     return status
+
+
+# ---- --json ------------------------------------------------------------------------------------
+def json_value(text: object) -> object:
+    """An attribute's text as JSON wants it: a finite number as a number (an int when
+    it is one), `nan`, `?` (unreadable) or an empty text as null, anything else (a
+    choice knob's value) as the text."""
+    if not isinstance(text, str):
+        return text
+    word = text.strip()
+    if word in ("", "?"):
+        return None
+    try:
+        return int(word)
+    except ValueError:
+        pass
+    try:
+        number = float(word)
+    except ValueError:
+        return word
+    return number if math.isfinite(number) else None
+
+
+def machine(status: dict) -> dict:
+    """`collect`'s status for `--json`: objective, knob values and efficiency as numbers,
+    nan and `?` as null (any non-finite number too), an unknown tick (-1) as null (the
+    text view keeps its texts)."""
+    out = dict(status, subsystems={})
+    for name, entry in status.get("subsystems", {}).items():
+        entry = dict(entry)
+        entry["objective"] = json_value(entry.get("objective"))
+        entry["knobs"] = {k: json_value(v) for k, v in entry.get("knobs", {}).items()}
+        if isinstance(entry.get("tick"), int) and entry["tick"] < 0:
+            entry["tick"] = None
+        models = {}
+        for model, m in entry.get("models", {}).items():
+            models[model] = dict(m, efficiency=json_value(m.get("efficiency")))
+        entry["models"] = models
+        out["subsystems"][name] = entry
+    return _no_nan(out)
+
+
+def _no_nan(value: object) -> object:
+    """Every non-finite float anywhere in `value` as null: JSON has no nan."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _no_nan(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_no_nan(v) for v in value]
+    return value

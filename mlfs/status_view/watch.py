@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from ..client import EventStream
-from .data import collect
+from .data import collect, machine
 from .render import render, use_color
 
 
@@ -85,7 +85,7 @@ def watch(mountpoint: Path, interval: float, as_json: bool = False) -> int:
                 status = collect(mountpoint)
                 tracker.annotate(status)
                 if as_json:
-                    frame = json.dumps(status, default=str) + "\n"
+                    frame = json.dumps(machine(status), default=str, allow_nan=False) + "\n"
                 else:
                     frame = render(status, color=use_color())
             except OSError as exc:

@@ -1,4 +1,4 @@
-"""`mlfs bench --quick --json F` runs end to end and writes a well-formed report.
+"""`mlfs bench --quick --json --json-out F` runs end to end and writes a well-formed report.
 
 This checks the report's shape, never its speed: the machine running CI is as
 shared and noisy as the one the bench was written on, so a speed assertion
@@ -46,10 +46,13 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Pa
     if reason:
         pytest.skip(reason)
     out = tmp_path_factory.mktemp("bench") / "bench.json"
-    done = subprocess.run([sys.executable, "-m", "mlfs", "bench", "--quick", "--json", str(out)],
+    done = subprocess.run([sys.executable, "-m", "mlfs", "bench", "--quick", "--json",
+                           "--json-out", str(out)],
                           capture_output=True, text=True, timeout=300, cwd=REPO)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return json.loads(out.read_text()), out
+    written = json.loads(out.read_text())
+    assert json.loads(done.stdout) == written, "--json prints on stdout what --json-out wrote"
+    return written, out
 
 
 def test_every_row_is_present_with_finite_figures_and_positive_ratios(report):

@@ -389,16 +389,21 @@ def test_report_is_one_html_file_with_a_point_per_dataset_row(observed, models, 
         assert write_errno(model / "mode", f"{mode}\n".encode()) == 0
         assert write_errno(model / "recommend", f"read_ahead_kb={knob}\n".encode()) == 0
         wait_ml_ticks(mount, "rep", 3)  # the mode shows in ML rows
-    assert write_errno(sub / "control", b"prepare_dataset\n") == 0
-    rows = read_rows(sub / "dataset")
-    ours = [r for r in rows if r["model"] == "rep"]
-    changes = sum(1 for a, b in zip(ours, ours[1:], strict=False) if a["mode"] != b["mode"])
-    assert changes >= 2, "pinned learning -> collaboration -> recommendation"
+    try:
+        import matplotlib  # noqa: F401
+        png = ("--png",)
+    except ImportError:  # test_operator_cli.py: --png without it exits 2
+        png = ()
 
     out = tmp_path / "run.html"
     done = run_mlfs("report", str(mount.mountpoint), "sim.readahead", "--model", "rep",
-                    "--all", "--out", str(out), "--png")
+                    "--all", "--out", str(out), *png)
     assert done.returncode == 0, done.stderr
+    rows = read_rows(sub / "dataset")  # the report sealed them (seal_seconds is an hour)
+    ours = [r for r in rows if r["model"] == "rep"]
+    changes = sum(1 for a, b in zip(ours, ours[1:], strict=False) if a["mode"] != b["mode"])
+    assert changes >= 2, "pinned learning -> collaboration -> recommendation"
+    assert f"{changes} mode changes" in done.stdout, done.stdout
     page = out.read_text()
     assert page.startswith("<!DOCTYPE html>") and "<svg" in page
     assert not re.search(r'<(script|link|img)\b|src="http', page), "self-contained"
@@ -412,11 +417,7 @@ def test_report_is_one_html_file_with_a_point_per_dataset_row(observed, models, 
     assert svg.count('class="mode-change"') == changes
     assert "→ collaboration" in svg and "→ recommendation" in svg
     assert 'class="chart efficiency-chart"' in page and 'class="weff"' in page
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        assert "matplotlib" in done.stderr and not out.with_suffix(".png").exists()
-    else:
+    if png:
         assert out.with_suffix(".png").read_bytes().startswith(b"\x89PNG")
 
     # without --all: the model's run, from 500 rows before its first; past --max-points
@@ -425,6 +426,7 @@ def test_report_is_one_html_file_with_a_point_per_dataset_row(observed, models, 
     done = run_mlfs("report", str(mount.mountpoint), "sim.readahead", "--model", "rep",
                     "--out", str(small), "--max-points", "100")
     assert done.returncode == 0, done.stderr
+    rows = read_rows(sub / "dataset")  # sealed again by this report
     first = next(i for i, r in enumerate(rows) if r["model"] == "rep")
     run = rows[first - 500:] if first > 500 else rows
     stride = math.ceil(len(run) / 100)

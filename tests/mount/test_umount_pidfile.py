@@ -36,7 +36,8 @@ def test_pid_file_name_is_the_mountpoint_escaped_as_systemd_escape_does(path):
 
 def test_the_daemon_writes_its_pid_file_under_run_and_removes_it_on_umount(mount):
     path = runfile.run_dir() / f"{runfile.escape_path(str(mount.mountpoint))}.pid"
-    assert path.read_text() == f"{mount.pid}\n{mount.mountpoint}\n"
+    assert path.read_text() == f"{mount.pid}\n{mount.mountpoint}\n{mount.state_dir}\n"
+    assert runfile.state_dir(mount.mountpoint) == mount.state_dir
     done = umount(mount.mountpoint)
     assert done.returncode == 0, done.stderr
     assert not path.exists()

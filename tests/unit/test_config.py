@@ -50,7 +50,7 @@ MISTAKES = [
      "subsystem #1 (linux.block): devices: 'nosuchdisk' is not a whole disk"),
     ('[[subsystem]]\nbackend = "linux.block"\ntracepoints = "maybe"\n',
      "tracepoints: 'maybe' is not true, false or 'auto'"),
-    ("[mount]\nmax_tasks = 0\n", "mount.max_tasks: 0 is outside 8..65536"),
+    ("[mount]\nmax_tasks = 0\n", "mount.max_tasks: 0 is outside 64..65536"),
     ("[mount]\nmetrics_port = 70000\n", "mount.metrics_port: 70000 is outside 0..65535"),
     ("[store]\nseal_seconds = nan\n", "store.seal_seconds: nan is not a finite number"),
     ("[store]\nseal_rows = 0\n", "store.seal_rows: 0 is outside 1..10000000"),
@@ -59,7 +59,7 @@ MISTAKES = [
     ("[modes]\nsilence_seconds = -inf\n", "modes.silence_seconds: -inf is not a finite"),
     ("[modes]\nwindow_ticks = 0\n", "modes.window_ticks: 0 is outside 1..10000000"),
     ("[modes]\nwindow_ticks = 1.5\n", "modes.window_ticks: expected int"),
-    ("[modes]\nbogus = 1\n", "modes: unknown setting(s) bogus"),
+    ("[modes]\nbogus = 1\n", "modes.bogus: unknown setting (known: learning_share, "),
     ("[mount]\ngroup = \"no-such-group-here\"\n", "mount.group: no group"),
     ("[mount\n", "not valid TOML: "),
     ("[extra]\n", "unknown section(s) extra"),
@@ -119,3 +119,52 @@ def test_integers_are_accepted_where_a_float_is_expected():
 
     [sim] = create_subsystems(config.subsystems)
     assert sim.tick_seconds == 1.0 and sim.noise == 0.0
+
+
+#: (configuration text, the one line after "FILE: "): where the value is, and the nearest name
+LOCATED = [
+    ("[mount]\nallow_other = true\n\n  max_tasks = 0  # too few\n",
+     "mount.max_tasks: 0 is outside 64..65536 (at line 4)"),
+    ("# a comment\n[store]\nseal_row = 100\n",
+     "store.seal_row: unknown setting (did you mean seal_rows?) (at line 3)"),
+    ("[modes]\nwindow_tick = 10\n",
+     "modes.window_tick: unknown setting (did you mean window_ticks?) (at line 2)"),
+    ("[mount]\nseal_rows = 100\n", "mount.seal_rows: unknown setting (a [store] setting) "
+     "(at line 2)"),
+    ("[stores]\nseal_rows = 1\n", "unknown section(s) stores (did you mean store?) (at line 1)"),
+    ("store.seal_seconds = -1.0\n", "store.seal_seconds: -1.0 is outside 0.1..31536000 "
+     "(at line 1)"),
+    ("[mount]\nhandles_per_uid = 5\nhandles = 2\n", "mount.handles_per_uid, handles: need "
+     "1 <= 5 <= 2 <= 1000000 (at line 2)"),
+    (SIM + "\n" + SIM2 + "seed = 1\nnoise = -0.5\n",
+     "subsystem #2 (sim2): noise: -0.5 is outside 0.0..1.0 (at line 8)"),
+    (SIM + "\n" + SIM2 + "tick_second = 1.0\n",
+     "subsystem #2 (sim2): tick_second: unknown setting (did you mean tick_seconds?) "
+     "(at line 7)"),
+]
+
+
+@pytest.mark.parametrize(("text", "says"), LOCATED, ids=[m[1][:40] for m in LOCATED])
+def test_a_value_error_names_its_line_and_a_misspelled_key_the_nearest_one(text, says):
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, "/etc/mlfs.toml")
+    assert str(caught.value).startswith(f"/etc/mlfs.toml: {says}"), str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_subsystem_mistake_without_a_key_names_the_line_of_its_table():
+    with pytest.raises(ConfigError) as caught:
+        parse_config(SIM + "\n" + '[[subsystem]]\nname = "x"\n', "t")
+    assert caught.value.line == 4 and str(caught.value).endswith("(at line 4)")
+
+
+@pytest.mark.parametrize("max_tasks", [63, 65537, 100_000])
+def test_max_tasks_has_one_range_for_the_file_and_for_mount_config(max_tasks):
+    from mlfs.config import RANGES, MountConfig
+
+    assert RANGES["mount.max_tasks"] == (64, 65536)
+    with pytest.raises(ConfigError, match="outside 64..65536"):
+        parse_config(f"[mount]\nmax_tasks = {max_tasks}\n", "t")
+    with pytest.raises(ValueError, match="outside 64..65536"):
+        MountConfig(max_tasks=max_tasks, events_blocked_reads=16)
+    assert MountConfig(max_tasks=65536).max_tasks == 65536
