@@ -36,6 +36,10 @@ struct {
 	__uint(max_entries, 16 << 20);
 } records SEC(".maps");
 
+/* records gathered before the loader is woken (1 MiB: ~21,800 records, ~0.2 s at 100k
+ * requests/s; the ring holds 16 MiB) */
+#define WAKE_BYTES (1 << 20)
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 65536);
@@ -136,7 +140,11 @@ int BPF_PROG(rq_complete, struct request *rq, int error, unsigned int nr_bytes)
 	r->cmd_flags = BPF_CORE_READ(rq, cmd_flags);
 	r->queue_depth = s->queue_depth;
 	r->error = error;
-	bpf_ringbuf_submit(r, 0);
+	/* wake the loader only once a batch has gathered: a wakeup per request is a context
+	 * switch per request (the loader drains the rest every 100 ms anyway) */
+	long wake = bpf_ringbuf_query(&records, BPF_RB_AVAIL_DATA) >= WAKE_BYTES ?
+		    BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+	bpf_ringbuf_submit(r, wake);
 	bpf_map_delete_elem(&started, &rq);
 	return 0;
 }

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
-// The loader of blkreq.bpf.c for mlfs (backends/linux_bio.py): attach, then copy the
+// The loader of blkreq.bpf.c for mlfs (backends/linux/bio.py): attach, then copy the
 // ring buffer's records to stdout in bulk (48 bytes each, the layout of struct record),
-// flushing at least every 100 ms; a record with issue_ns = ~0 carries the kernel side's
-// running count of records the ring had no room for, in `sector`.  "ready" on stderr
+// flushing at least every 100 ms (the BPF side wakes it only once 1 MiB has gathered);
+// a record with issue_ns = ~0 carries the kernel side's running count of records the
+// ring had no room for, in `sector`.  "ready" on stderr
 // once attached; exits on SIGTERM, SIGINT or a closed stdout.
 #include <errno.h>
 #include <signal.h>
@@ -91,8 +92,14 @@ int main(int argc, char **argv)
 	unsigned long long *per_cpu = calloc((size_t)ncpu, sizeof(*per_cpu));
 	int status = 0;
 	while (!stop && getppid() == parent) {
+		/* woken by a gathered batch, or after 100 ms: then consume what is there
+		 * (records submitted without a wakeup) */
 		int n = ring_buffer__poll(rb, 100);
 		if (n < 0 && n != -EINTR) {
+			status = 1;
+			break;
+		}
+		if (ring_buffer__consume(rb) < 0) {
 			status = 1;
 			break;
 		}
