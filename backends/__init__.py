@@ -43,6 +43,7 @@ from mlfs.abi import (
     SettingError,
     Subsystem,
     describe_schema,
+    split_core_settings,
     subsystem_problems,
 )
 
@@ -157,7 +158,7 @@ def check_entry(entry: Mapping) -> list[str]:
     """
     if "backend" not in entry:
         raise SettingError("backend", "missing (which backend serves this subsystem?)")
-    settings = dict(entry)
+    _, settings = split_core_settings(entry)  # the core's own (an action) checked here
     module = _module(settings.pop("backend"))
     if "state_dir" in settings:
         raise SettingError("state_dir", "set by mlfs (the mount's state directory), "
@@ -231,7 +232,7 @@ def create_subsystems(entries: tuple[dict, ...] | list[dict],
         check_entry(entry)
     subsystems: list[Subsystem] = []
     for entry in entries:
-        settings = dict(entry)
+        _, settings = split_core_settings(entry)
         module = _module(settings.pop("backend"))
         if state_dir is not None and getattr(module, "USES_STATE_DIR", False):
             settings["state_dir"] = str(state_dir)

@@ -228,6 +228,9 @@ class Target:
     miss_cost: float = 10.0
     false_alarm_cost: float = 1.0
     description: str = ""
+    #: the record field whose value an action command gets as its argument (a device's
+    #: name where `key` is its number); "" passes the key itself
+    argument: str = ""
 
     def describe(self) -> dict:
         return {"key": self.key, "event": self.event, "rule": self.rule,
@@ -662,6 +665,39 @@ def check_settings(settings: Mapping[str, object], schema: Schema,
     return out
 
 
+
+# ---- the settings the core reads itself ----------------------------------------------------
+def _absolute_command(value: object) -> object:
+    if not isinstance(value, list | tuple) or not value or not isinstance(value[0], str) \
+            or not value[0].startswith("/"):
+        raise ValueError(f"{_show(value)} is not a command: a list whose first item is an "
+                         "absolute path (it runs without a shell)")
+    return value
+
+
+#: what a `[[subsystem]]` table may say to the core rather than to its backend: the
+#: action command a predictor in recommendation mode runs for an alerted entity (argv,
+#: no shell; the entity is the last argument), how long it may run, and how often it may
+#: run for one entity.  Root's configuration file only: a run-time `load` that names one
+#: is refused (docs/ABI.md, "Predictors").
+ACTION_SETTINGS: Schema = {
+    "action": described(lambda v: list_of(text(4096), max_len=32)(_absolute_command(v)),
+                        "command: a list (1..32) of strings, the first an absolute path"),
+    "action_timeout_seconds": number(0.1, 3600.0),
+    "action_every_seconds": number(0.0, 1e7),
+}
+
+
+def split_core_settings(entry: Mapping[str, object]) -> tuple[dict, dict]:
+    """(the core's settings of a `[[subsystem]]` table, checked; the backend's rest)."""
+    core = {k: v for k, v in entry.items() if k in ACTION_SETTINGS}
+    rest = {k: v for k, v in entry.items() if k not in ACTION_SETTINGS}
+    checked = check_settings(core, ACTION_SETTINGS)
+    if core and "action" not in checked:
+        raise SettingError(next(iter(core)), "only with an `action` command")
+    return checked, rest
+
+
 __all__ = [
     "ABI_VERSION", "ENTRY_POINT_GROUP", "EXTRA_APPLIED", "EXTRA_FOREIGN", "EXTRA_REFUSED",
     "Knob", "KnobValue", "KnobValueError", "MAX_SETTLE", "MAX_VALUES_PER_KNOB", "NAME",
@@ -673,4 +709,5 @@ __all__ = [
     "Check", "MAX_TICK_SECONDS", "MIN_TICK_SECONDS", "NO_DEFAULT", "Schema", "SettingError",
     "boolean_or", "check_settings", "defaults_from", "describe_schema", "described",
     "list_of", "number", "table", "text", "tick_seconds", "word",
+    "ACTION_SETTINGS", "split_core_settings",
 ]

@@ -21,7 +21,14 @@ import pyfuse3
 import trio
 
 import mlfs.backends
-from mlfs.backends import SettingError, create_subsystems, describe_backends, listing_text
+from mlfs.abi import split_core_settings
+from mlfs.backends import (
+    SettingError,
+    check_entry,
+    create_subsystems,
+    describe_backends,
+    listing_text,
+)
 
 from . import __version__, runfile
 from .config import Config
@@ -147,6 +154,17 @@ def sd_notify(state: str) -> bool:
         return False
 
 
+def configured_actions(entries) -> dict[str, dict]:
+    """Subsystem name -> its action settings, from root's configuration file only."""
+    actions = {}
+    for entry in entries:
+        core, _ = split_core_settings(entry)
+        if core:
+            for name in check_entry(entry):
+                actions[name] = core
+    return actions
+
+
 def keep_info(exchange: Exchange) -> None:
     """Every subsystem's info.json (`SubsystemRuntime.keep_info`)."""
     for runtime in exchange.runtimes.values():
@@ -203,7 +221,8 @@ def serve(mountpoint: Path, config: Config, state_dir: Path, ready_fd: int | Non
     except SettingError as exc:  # e.g. a plugin's subsystem the core cannot serve
         log.error("configuration: %s", exc)
         return 2
-    exchange = Exchange(config, state_dir, subsystems, backends=mlfs.backends)
+    exchange = Exchange(config, state_dir, subsystems, backends=mlfs.backends,
+                        actions=configured_actions(config.subsystems))
     loader = Loader(exchange)
     loaded, problems = loader.build_remembered({s.name for s in subsystems})
     exchange.add(loaded, LOADED)

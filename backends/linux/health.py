@@ -102,6 +102,7 @@ class LinuxHealth(Subsystem):
         self.targets = {"failure": Target(
             "failure", key="dev", event="failure", rule="first_error",
             horizon_ticks=horizon_ticks, miss_cost=100.0, false_alarm_cost=1.0,
+            argument="device",
             description=f"the device's errors in one tick reach {burst_errors} within "
                         "horizon_ticks ticks; rule: alert after its first error")}
         self.objective = Objective("errors", "errors", "min")

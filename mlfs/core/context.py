@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from mlfs.abi import KnobValue, Subsystem
 
+from .actions import ActionRunner
 from .events import EventBus
 from .statedir import EMERGENCY_PIN_FILE
 from .store import StoreWatch
@@ -44,6 +45,8 @@ class MountContext:
         self.emergency_pinned = (self.state_dir / EMERGENCY_PIN_FILE).exists()
         #: who pulled the pin (a pin kept from before a restart counts as root's)
         self.emergency_pinned_by = 0
+        #: the action commands root configured, run for predictors' alerts (actions.py)
+        self.actions = ActionRunner()
         #: how many models the mount holds now (the exchange counts them; max_models)
         self.model_count: Callable[[], int] = lambda: 0
         self._generation = 0

@@ -21,6 +21,7 @@ import trio
 
 from mlfs.abi import Subsystem
 
+from .actions import ActionRunner
 from .context import MountContext
 from .portion import errno_name
 from .proxy import ERRORS_KEPT, ModelProxy
@@ -37,11 +38,14 @@ class Exchange:
 
     def __init__(self, config, state_dir: Path, subsystems: list[Subsystem],
                  backends=None, sources: dict[str, str] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 actions: dict[str, dict] | None = None) -> None:
         state_dir = Path(state_dir)
         state_dir.mkdir(parents=True, exist_ok=True)
         self.mount = MountContext(config, state_dir, clock)
         self.mount.model_count = self.model_count
+        #: subsystem -> its action settings, from root's configuration file only
+        self.mount.actions = ActionRunner(actions)
         #: the backend registry (`mlfs.backends`: check_entry, create_subsystems,
         #: root_only, entry_for_name); None serves no run-time load
         self.backends = backends
@@ -194,6 +198,7 @@ class Exchange:
             await self.sealer.drain(runtime.stores())
 
     def close(self) -> None:
+        self.mount.actions.close()
         self.bus.close()
         for runtime in self.runtimes.values():
             try:

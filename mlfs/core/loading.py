@@ -30,7 +30,7 @@ from pathlib import Path
 
 import trio
 
-from mlfs.abi import Subsystem
+from mlfs.abi import ACTION_SETTINGS, Subsystem
 
 from .durable import set_aside, write_durably
 from .errors import Refused, invalid
@@ -280,6 +280,9 @@ class Loader:
             raise Refused(errno.EAGAIN, f"{self.builds_running} abandoned loads are still "
                           "stuck in their backends; no more until they end")
         backend = entry["backend"]
+        if any(key in ACTION_SETTINGS for key in entry):
+            raise Refused(errno.EPERM, "an action command comes from root's configuration "
+                          "file only, never from a load")
         try:
             if await self._bounded(backends.root_only, backend) and uid != 0:
                 raise Refused(errno.EPERM, f"backend {backend!r} writes the files its "

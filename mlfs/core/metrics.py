@@ -177,6 +177,10 @@ def render(exchange: Exchange, loader: Loader | None = None) -> str:
     w.metric("mlfs_mount_emergency_pinned", "gauge",
              "1 while the operator's mount-wide emergency pin (MOUNT/control) holds.",
              1 if exchange.emergency_pinned else 0)
+    for status, count in sorted(exchange.mount.actions.counts.items()):
+        w.metric("mlfs_actions_total", "counter",
+                 "Action commands of predictors' alerts, by how they ended.", count,
+                 status=status)
     for status, count in sorted(exchange.recommendations.items()):
         w.metric("mlfs_recommendations_total", "counter",
                  "Recommendation journal entries by status.", count, status=status)

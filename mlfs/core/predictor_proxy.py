@@ -248,6 +248,7 @@ class PredictorProxy(ModelProxy):
         """The tick's records: predict, book both sides, judge what is due, raise alerts."""
         if table is None or table.num_rows == 0:
             return
+        self.runtime.mount.actions.reap()  # commands started on earlier ticks
         if self.state == "started":
             self._set_state("running")
         self.ml_ticks += 1
@@ -263,7 +264,7 @@ class PredictorProxy(ModelProxy):
                                                  model, rule)
             self.window.efficiency.update(judged)
             feedback += self._feedback_rows(name, judged)
-            self._raise(name, target, tick, keys, p, model, rule)
+            self._raise(name, target, tick, keys, p, model, rule, table)
         ts = int(time.time() * 1_000_000)
         for row in feedback[:MAX_FEEDBACK_ROWS_PER_TICK]:
             row["ts"] = ts
@@ -299,7 +300,7 @@ class PredictorProxy(ModelProxy):
                  "error": float(outcome[i] - p[i])} for i in keep.tolist()]
 
     def _raise(self, name: str, target: Target, tick: int, keys: np.ndarray, p: np.ndarray,
-               model: np.ndarray, rule: np.ndarray) -> None:
+               model: np.ndarray, rule: np.ndarray, table: pa.Table) -> None:
         mode = self.mode
         sources = {"emergency": ("rule",), "learning": ("rule",),
                    "collaboration": ("model", "rule"), "recommendation": ("model",)}[mode]
@@ -319,6 +320,24 @@ class PredictorProxy(ModelProxy):
                                    f"{target.key}={key} source={source} p={prob} mode={mode}")
                 self.bus.publish(self.runtime.name, "alert", model=self.name, target=name,
                                  key=str(key), source=source, p=prob, mode=mode)
+                if source == "model" and mode == "recommendation":
+                    argument = (table.column(target.argument)[i].as_py() if target.argument
+                                else key)
+                    self._act(name, str(argument))
+
+    def _act(self, target: str, argument: str) -> None:
+        """The configured action command for an alert of the model's own (root's, bounded)."""
+        runner = self.runtime.mount.actions
+        if not runner.configured(self.runtime.name):
+            return
+
+        def done(status: str, code: int | None, seconds: float) -> None:
+            self.alerts.append(f"{rfc3339()} action target={target} argument={argument} "
+                               f"{status} exit={code} seconds={seconds}")
+            self.bus.publish(self.runtime.name, "action", model=self.name, target=target,
+                             argument=argument, status=status, exit=code, seconds=seconds)
+
+        runner.start(self.runtime.name, argument, done)
 
     # ---- what the files show -------------------------------------------------------------
     def efficiency_text(self) -> str:

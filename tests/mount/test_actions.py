@@ -1,0 +1,104 @@
+"""Action commands on a real mount: root's configuration names one, a predictor's own alert
+in recommendation mode runs it with the device as its argument, bounded in time; a load
+may never name one."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.harness import Mount, sh, wait_for, write_errno
+
+CONFIG = """
+[mount]
+allow_other = true
+
+[[subsystem]]
+backend = "linux.health"
+devices = ["{device}"]
+tick_seconds = 0.1
+capture = "off"
+action = ["{script}", "--mark"]
+action_timeout_seconds = {timeout}
+action_every_seconds = 3600
+"""
+
+
+def _script(path: Path, body: str) -> Path:
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return path
+
+
+def _mount(mount_root: Path, loop: str, script: Path, timeout: float = 10.0) -> Mount:
+    if os.geteuid() != 0:
+        pytest.skip("linux.health reads /dev/kmsg: root")
+    mount = Mount(mount_root, CONFIG.format(device=loop, script=script, timeout=timeout))
+    mount.start()
+    return mount
+
+
+def _alert(mount: Mount, loop: str) -> Path:
+    """A predictor in recommendation mode (root pins it) predicting the device's failure."""
+    sub = mount.mountpoint / "linux.health"
+    model = sub / "models" / "p"
+    assert sh(f"mkdir {model} && echo start > {model}/control && "
+              f"echo recommendation > {model}/mode").returncode == 0
+    dev = json.loads((sub / "info").read_text())["targets"]["failure"]["key"]
+    assert dev == "dev"
+    number = (int(Path(f"/sys/block/{loop}/dev").read_text().split(":")[0]) << 20) | int(
+        Path(f"/sys/block/{loop}/dev").read_text().split(":")[1])
+    assert write_errno(model / "recommend",
+                       f"dev={number} target=failure p=0.95\n".encode()) == 0
+    return model
+
+
+def test_a_models_alert_runs_roots_command_with_the_device(mount_root, loop, tmp_path):
+    seen = tmp_path / "seen"
+    script = _script(tmp_path / "mark", f'echo "$@" >> {seen}\n')
+    mount = _mount(mount_root, loop, script)
+    try:
+        model = _alert(mount, loop)
+        wait_for(lambda: seen.exists() and seen.read_text().strip(), what="the action ran")
+        assert seen.read_text() == f"--mark {loop}\n"
+        wait_for(lambda: "action target=failure argument=" in (model / "alerts").read_text(),
+                 what="the action's end in alerts")
+        assert f"argument={loop} exited exit=0" in (model / "alerts").read_text()
+        metrics = (mount.mountpoint / "metrics").read_text()
+        assert 'mlfs_actions_total{status="exited"} 1' in metrics
+        # once per action_every_seconds for one device, whatever the alerts
+        assert seen.read_text().count("\n") == 1
+    finally:
+        mount.kill()
+
+
+def test_a_command_past_its_time_is_killed_and_the_ticks_go_on(mount_root, loop, tmp_path):
+    script = _script(tmp_path / "hang", "exec sleep 600\n")
+    mount = _mount(mount_root, loop, script, timeout=0.5)
+    try:
+        model = _alert(mount, loop)
+        wait_for(lambda: "killed" in (model / "alerts").read_text(), what="the command killed")
+        assert 'mlfs_actions_total{status="killed"} 1' in (mount.mountpoint /
+                                                           "metrics").read_text()
+        ticks = _ticks(mount)
+        wait_for(lambda: _ticks(mount) > ticks + 3, what="the ticks going on")
+    finally:
+        mount.kill()
+
+
+def _ticks(mount: Mount) -> int:
+    for line in (mount.mountpoint / "metrics").read_text().splitlines():
+        if line.startswith('mlfs_ticks_total{subsystem="linux.health"}'):
+            return int(float(line.split()[-1]))
+    raise AssertionError("no tick counter")
+
+
+def test_a_load_naming_an_action_is_refused(mount):
+    assert write_errno(mount.mountpoint / "control",
+                       b'load sim.readahead name=sim2 action=["/bin/true"]\n') == errno.EPERM
+    assert "configuration file only" in (mount.mountpoint / "errors").read_text()
+    assert not (mount.mountpoint / "sim2").exists()
