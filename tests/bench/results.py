@@ -418,6 +418,26 @@ def predict(out: Outputs) -> Row:
                result, runs=f"**one run** ({len(d['seeds'])} seeds)", command=command)
 
 
+def failing_predict(out: Outputs) -> Row:
+    rel = f"{BENCH}/failing-predict.json"
+    command = "`python -m tests.bench.failing_predict --train 6 --test 4` (as root)"
+    measured = "the project's failing disk under a loop device, schedules the training never saw"
+    if not out.exists(rel):
+        return missing("failure prediction on a real failing disk", measured, "", command)
+    d = out.json(rel)
+
+    def said(source: str) -> str:
+        leads = [r[source]["lead_s"] for r in d["runs"]]
+        return (f"lead {', '.join('–' if v is None else f'{v:g}' for v in leads)} s, "
+                f"{d[source]['false_alarms']} false alarm(s)")
+
+    result = (f"learned: {said('model')}; alert after the first error (the default rule): "
+              f"{said('first_error')}; a rate threshold: {said('rate')}")
+    return Row("failure prediction on a real failing disk "
+               "([predictors.md](docs/predictors.md))", measured, result,
+               runs=f"{len(d['runs'])} test runs (6 training)", command=command)
+
+
 def kmsg_dedup(out: Outputs) -> Row:
     rel = f"{BENCH}/kmsg-dedup.json"
     command = "`python -m tests.bench.kmsg_dedup`"
@@ -516,7 +536,8 @@ def queue(out: Outputs) -> Row:
 
 def rows(out: Outputs) -> list[Row]:
     return [learning(out), readahead(out), *dirty(out), writeback(out), queue(out),
-            fleet_coldstart(out), fleet_demo(out), predict(out), kmsg_dedup(out),
+            fleet_coldstart(out), fleet_demo(out), predict(out), failing_predict(out),
+            kmsg_dedup(out),
             bio_capture(out), kmsg_rates(out), records_ingest(out), exchange(out)]
 
 
