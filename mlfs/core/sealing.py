@@ -32,6 +32,8 @@ log = logging.getLogger("mlfs.sealing")
 
 #: seconds between two passes of the seal loop (queued WAL lines wait at most this)
 SEAL_INTERVAL = 0.05
+#: the longest `prepare_dataset` waits for a first row when nothing is pending
+PREPARE_WAIT = 30.0
 
 
 class Sealer:
@@ -118,8 +120,9 @@ class Sealer:
         cannot be written refuses with its errno.
         """
         store = runtime.dataset
-        if store.pending == 0:
-            with trio.move_on_after(max(5.0, 20 * runtime.subsystem.tick_seconds)):
+        if store.pending == 0:  # a slow tick (hourly) is not waited for: PREPARE_WAIT at most
+            wait = min(PREPARE_WAIT, max(5.0, 20 * runtime.subsystem.tick_seconds))
+            with trio.move_on_after(wait):
                 await runtime.next_row()
         for store, what in ((runtime.dataset, "dataset"), (runtime.records, "records")):
             if store is None:
