@@ -9,7 +9,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.core.test_proxy_modes import Scripted, VirtualClock
+from tests.unit.test_proxy_modes import Scripted, VirtualClock
 
 from mlfs.config import parse_config
 from mlfs.core.exchange import Exchange
