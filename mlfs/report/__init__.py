@@ -79,6 +79,10 @@ def seal(mountpoint: Path, subsystem: str) -> str | None:
     out (the errno, and the rows pending)."""
     from ..client import write_line
 
+    if pending_rows(mountpoint, subsystem) == "0":
+        # nothing to seal; and prepare_dataset would wait for the next tick's row (an
+        # hour for a subsystem ticking hourly, or the daemon's bound on that wait)
+        return None
     try:
         write_line(mountpoint / subsystem / "control", "prepare_dataset")
         return None
