@@ -195,6 +195,7 @@ class Exchange:
         """Shutdown: no more ticks; everything pending becomes portions."""
         self._stopping = True
         for runtime in list(self.runtimes.values()):
+            runtime.release_row_waiters()  # a prepare_dataset waiting for a row: no more come
             await self.sealer.drain(runtime.stores())
 
     def close(self) -> None:

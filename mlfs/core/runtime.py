@@ -273,8 +273,12 @@ class SubsystemRuntime:
         return proxy
 
     async def next_row(self) -> None:
-        """Wait until the next tick's dataset row is recorded."""
+        """Wait until the next tick's dataset row is recorded (or the mount stops)."""
         await self._row_recorded.wait()
+
+    def release_row_waiters(self) -> None:
+        """Shutdown: no row is coming; whoever waits for one goes on now."""
+        self._row_recorded.set()
 
     # ---- attributes -----------------------------------------------------------
     def write_objective(self, data: bytes) -> None:

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pyarrow.parquet as pq
 
@@ -128,3 +129,33 @@ def test_the_pid_file_names_the_running_daemon_and_its_mountpoint(mount):
     assert pid == mount.pid
     cmdline = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
     assert str(mount.mountpoint).encode() in cmdline
+
+
+HOURLY_CONFIG = """
+[mount]
+allow_other = true
+
+[[subsystem]]
+backend = "sim.readahead"
+tick_seconds = 3600
+"""
+
+
+def test_sigterm_ends_the_daemon_at_once_while_a_prepare_dataset_waits_for_an_hourly_tick(
+        mount_root):
+    m = Mount(mount_root, HOURLY_CONFIG)
+    m.start()
+    try:
+        write_errno(m.sub / "control", b"prepare_dataset\n")  # seals the first tick's row
+        writer = subprocess.Popen(["sh", "-c", f"echo prepare_dataset > {m.sub}/control"])
+        # nothing is pending now: the writer waits in the kernel for the daemon's answer
+        wait_for(lambda: "request_wait_answer" in Path(f"/proc/{writer.pid}/wchan").read_text()
+                 or "fuse" in Path(f"/proc/{writer.pid}/wchan").read_text(),
+                 what="the writer waiting in the kernel for the daemon's answer")
+        assert metric(m, "mlfs_dataset_rows_pending") == 0
+        started = time.monotonic()
+        m.stop(signal.SIGTERM, timeout=30)
+        assert time.monotonic() - started < 10, "shutdown waited for an hourly tick"
+        writer.wait(timeout=10)
+    finally:
+        m.kill()
