@@ -9,11 +9,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.unit.test_proxy_modes import Scripted, VirtualClock
-
 from mlfs.config import parse_config
 from mlfs.core.exchange import Exchange
 from mlfs.core.modes import efficiency_interval
+from tests.unit.test_proxy_modes import Scripted, VirtualClock
 
 
 def one_run(seed: int, ticks: int, noise: float) -> tuple[bool, bool, bool, bool]:
