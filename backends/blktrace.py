@@ -100,7 +100,10 @@ class RequestTracer:
         reads = (flags & 0xFF) == 0
         if not reads.any():
             return
-        order = np.argsort(np.asarray(records.column("issue_ns"))[reads], kind="stable")
+        issued = np.asarray(records.column("issue_ns"))[reads]
+        completed = np.asarray(records.column("complete_ns"))[reads]
+        # a request whose issue was not seen (issue_ns 0) is placed by its completion
+        order = np.argsort(np.where(issued != 0, issued, completed), kind="stable")
         start = np.asarray(records.column("sector")).astype(np.int64)[reads][order]
         sectors = (np.asarray(records.column("bytes")).astype(np.int64)[reads][order] // 512)
         latency = np.asarray(records.column("latency_us"))[reads][order]
@@ -116,9 +119,10 @@ class RequestTracer:
         totals["seq"] += int(seq.sum())
         totals["near"] += int(near.sum())
         totals["readahead"] += int(((flags[reads] & self._readahead_bit) != 0).sum())
-        totals["completed"] += len(start)
-        totals["latency_us"] += int(latency.sum())
-        totals["slow"] += int((latency > SLOW_US).sum())
+        timed = ~np.isnan(latency)  # a request whose issue was not seen has no latency
+        totals["completed"] += int(timed.sum())
+        totals["latency_us"] += int(latency[timed].sum())
+        totals["slow"] += int((latency[timed] > SLOW_US).sum())
         self._next_sector = int(end[-1])
 
     def close(self) -> None:

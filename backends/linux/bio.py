@@ -270,7 +270,10 @@ class LinuxBio(Subsystem):
             raw = raw[~markers]
         self.lost_total += lost
         n = len(raw)
-        latency = (raw["complete_ns"] - raw["issue_ns"]).astype(np.float64) / 1000.0
+        # issue_ns 0: the issue was not seen (before the capture, or refused): latency unknown
+        seen = raw["issue_ns"] != 0
+        latency = np.where(seen, (raw["complete_ns"] - raw["issue_ns"]).astype(np.float64)
+                           / 1000.0, np.nan)
         table = pa.table({
             "device": _device_names(raw["dev"]) if n else pa.array([], pa.string()),
             "dev_major": raw["dev"] >> 20, "dev_minor": raw["dev"] & 0xFFFFF,
@@ -281,7 +284,8 @@ class LinuxBio(Subsystem):
             "error": raw["error"],
         })
         features = {"requests": n, "bytes": int(raw["bytes"].sum()),
-                    "latency_us_mean": float(latency.mean()) if n else math.nan, "lost": lost}
+                    "latency_us_mean": float(np.nanmean(latency)) if seen.any() else math.nan,
+                    "lost": lost}
         now = time.monotonic()
         objective = n / max(1e-9, now - self._last)
         self._last = now
