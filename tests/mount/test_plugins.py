@@ -135,6 +135,16 @@ def test_a_plugin_backend_mounts_and_serves_dataset_rows(mount_root, plugin_path
         m.kill(signal.SIGTERM)
 
 
+def install_plugin(site: Path, backend: str, module: str, source: str) -> None:
+    """A one-module plugin `module` registering `backend`, as pip would lay it out."""
+    dist = site / f"mlfs_backend_{module}-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: mlfs-backend-{module}\n"
+                                   "Version: 1.0\n")
+    (dist / "entry_points.txt").write_text(f"[mlfs.backends]\n{backend} = {module}\n")
+    (site / f"{module}.py").write_text(source)
+
+
 BAD_COLUMNS = '''
 from mlfs.abi import Objective, Sample, Subsystem
 
@@ -158,12 +168,7 @@ def factory(settings):
 def test_a_plugin_subsystem_the_core_cannot_serve_fails_the_mount_in_one_line(
         tmp_path, mount_root):
     site = tmp_path / "site"
-    dist = site / "mlfs_backend_bad-1.0.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: mlfs-backend-bad\n"
-                                   "Version: 1.0\n")
-    (dist / "entry_points.txt").write_text("[mlfs.backends]\nbad.columns = mlfs_bad\n")
-    (site / "mlfs_bad.py").write_text(BAD_COLUMNS)
+    install_plugin(site, "bad.columns", "mlfs_bad", BAD_COLUMNS)
     config = tmp_path / "bad.toml"
     config.write_text('[[subsystem]]\nbackend = "bad.columns"\n')
     mountpoint = mount_root / "mnt"
@@ -202,21 +207,12 @@ def factory(settings):
 '''
 
 
-def _stuck_plugin(site: Path) -> None:
-    dist = site / "mlfs_backend_stuck-1.0.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: mlfs-backend-stuck\n"
-                                   "Version: 1.0\n")
-    (dist / "entry_points.txt").write_text("[mlfs.backends]\nstuck.probe = mlfs_stuck\n")
-    (site / "mlfs_stuck.py").write_text(STUCK)
-
-
 def test_a_load_stuck_in_its_backend_times_out_and_the_kill_switch_still_answers(
         tmp_path, mount_root, monkeypatch):
     """A backend's constructor that never returns must not hold MOUNT/control: the kernel
     serialises writes to one file, so `echo emergency` would wait behind the load."""
     site = tmp_path / "site"
-    _stuck_plugin(site)
+    install_plugin(site, "stuck.probe", "mlfs_stuck", STUCK)
     fifo = tmp_path / "probe"
     os.mkfifo(fifo)
     monkeypatch.setenv("PYTHONPATH", str(site))
