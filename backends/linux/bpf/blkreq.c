@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 // The loader of blkreq.bpf.c for mlfs (backends/linux/bio.py): attach, then copy the
 // ring buffer's records to stdout in bulk (48 bytes each, the layout of struct record),
-// flushing at least every 100 ms (the BPF side wakes it only once 1 MiB has gathered);
+// flushing at least every 100 ms (the BPF side wakes it per 1 MiB of records or 10 ms);
 // a record with issue_ns = ~0 carries the kernel side's running count of records the
 // ring had no room for, in `sector`.  "ready" on stderr
 // once attached; exits on SIGTERM, SIGINT or a closed stdout.
