@@ -15,6 +15,7 @@ import resource
 import signal
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 import pyfuse3
@@ -200,6 +201,9 @@ def serve(mountpoint: Path, config: Config, state_dir: Path, ready_fd: int | Non
     global _notify_socket
     raise_file_limit()
     _notify_socket = os.environ.pop("NOTIFY_SOCKET", None)
+    global _watchdog_seconds
+    _watchdog_seconds = watchdog_interval(os.environ.pop("WATCHDOG_USEC", None),
+                                          os.environ.pop("WATCHDOG_PID", None))
     if ready_fd is not None:
         os.set_inheritable(ready_fd, False)
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -279,6 +283,8 @@ async def _serve(exchange: Exchange, ops: Operations, config: Config,
                                 config.mount.metrics_address, config.mount.metrics_port)
         nursery.start_soon(_on_signals, exchange, ops)
         nursery.start_soon(_announce_ready, ready_fd, exchange)
+        if _watchdog_seconds:
+            nursery.start_soon(_watchdog, exchange, _watchdog_seconds)
         await pyfuse3.main(min_tasks=8, max_tasks=config.mount.max_tasks)
         # unmounted from outside (fusermount3 -u): seal what is pending
         sd_notify("STOPPING=1")
@@ -297,9 +303,64 @@ async def _announce_ready(ready_fd: int | None, exchange: Exchange) -> None:
               f"MAINPID={os.getpid()}")
 
 
+#: seconds between two WATCHDOG=1 (half of systemd's WatchdogSec=), None: no watchdog
+_watchdog_seconds: float | None = None
+
+
+def watchdog_interval(usec: str | None, pid: str | None) -> float | None:
+    """The ping interval systemd asks for ($WATCHDOG_USEC, for this pid), or None."""
+    if not usec or (pid and pid != str(os.getpid())):
+        return None
+    try:
+        value = int(usec)
+    except ValueError:
+        return None
+    return value / 2e6 if value > 0 else None
+
+
+def wedged(exchange: Exchange, interval: float) -> str | None:
+    """Which subsystem's ticks stopped advancing (None: every one is alive).
+
+    A tick is late past three tick periods, or two watchdog intervals if that is
+    longer: an hourly subsystem is late only after three hours, a held tick (the state
+    directory refusing writes) still counts as one.
+    """
+    now = time.monotonic()
+    for runtime in exchange.runtimes.values():
+        if runtime.unloading:
+            continue
+        allowed = max(3 * runtime.subsystem.tick_seconds, 2 * interval)
+        if now - runtime.last_tick_at > allowed:
+            return f"{runtime.name}: no tick for {now - runtime.last_tick_at:.0f} s"
+    return None
+
+
+async def _watchdog(exchange: Exchange, interval: float) -> None:
+    """WATCHDOG=1 while the trio loop answers (this task runs) and every subsystem ticks.
+
+    Nothing is sent while a subsystem's ticks are stuck (a backend's step that never
+    returns): systemd then restarts the service after WatchdogSec=, and the ledger puts
+    the knobs back at the next start.  With no subsystem the loop's own life is enough.
+    """
+    reported = None
+    while True:
+        stuck = wedged(exchange, interval)
+        if stuck is None:
+            sd_notify("WATCHDOG=1")
+        elif stuck != reported:
+            log.error("watchdog: %s; no WATCHDOG=1 until it ticks again", stuck)
+        reported = stuck
+        await trio.sleep(interval)
+
+
 async def _on_signals(exchange: Exchange, ops: Operations) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async for signum in signals:
+            if signum == signal.SIGHUP:  # as the docs say: not a stop, not a reload
+                log.warning("SIGHUP ignored: the configuration is read at mount; change "
+                            "subsystems at run time with load/unload on MOUNT/control, or "
+                            "restart the service")
+                continue
             log.info("signal %d: sealing and unmounting", signum)
             sd_notify("STOPPING=1")
             ops.stop()

@@ -141,6 +141,8 @@ class SubsystemRuntime:
         #: why ticks are held (nothing can be recorded), None while they run
         self.held: str | None = None
         self.skipped_ticks = 0
+        #: when the tick loop last did a tick (recorded or held): the daemon's watchdog
+        self.last_tick_at = time.monotonic()
         self.ticks = 0
         self.tick_seconds_total = 0.0
         self.errors = 0
@@ -393,6 +395,7 @@ class SubsystemRuntime:
         self.knob_values = knobs
         self.last_objective = objective
         self.ticks += 1
+        self.last_tick_at = time.monotonic()
         self.tick_seconds_total += time.perf_counter() - plan.started
         return sample
 
@@ -433,6 +436,7 @@ class SubsystemRuntime:
             log.error("%s: ticks held, nothing can be recorded: %s", self.name, reason)
         self.held = reason
         self.skipped_ticks += 1
+        self.last_tick_at = time.monotonic()
         critical = f"storage: {reason}"
         for proxy in self.active_models():
             proxy.update_mode(critical)

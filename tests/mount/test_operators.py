@@ -496,3 +496,38 @@ def test_operators_doc_names_what_it_should():
     for needle in ("fuse.mlfs", "/etc/fstab", "mount.fuse.mlfs", "mlfs@", "systemd-escape",
                    "compose.yaml", "rshared", "ledger", "mlfs.pid", "upgrade"):
         assert needle.lower() in text.lower(), f"docs/operators.md lacks {needle}"
+
+
+def test_the_daemon_pings_systemds_watchdog_and_a_sighup_neither_stops_nor_reloads_it(
+        mount_root):
+    """$WATCHDOG_USEC as systemd sets it (WatchdogSec=): WATCHDOG=1 at half the period while
+    the loop answers and the subsystem ticks; SIGHUP is logged and ignored."""
+    unit = SYSTEMD / "mlfs@.service"
+    assert unit_settings(unit, "WatchdogSec") == ["60"]
+    m = Mount(mount_root)
+    start = [sys.executable, "-m", "mlfs", "mount", str(m.mountpoint), "--foreground",
+             "--config", str(m.config_path), "--state-dir", str(m.state_dir)]
+    notify = _notify_socket(mount_root / "notify")
+    env = {**os.environ, "NOTIFY_SOCKET": str(mount_root / "notify"), "PYTHONPATH": str(REPO),
+           "INVOCATION_ID": "0123456789abcdef0123456789abcdef", "WATCHDOG_USEC": "1000000"}
+    stderr = open(mount_root / "stderr", "w+b")  # noqa: SIM115 - closed below
+    daemon = subprocess.Popen(start, cwd="/", stdin=subprocess.DEVNULL, env=env,
+                              stdout=subprocess.DEVNULL, stderr=stderr)
+    assert m.adopt(daemon.pid)
+    try:
+        messages = [notify.recv(4096).decode() for _ in range(3)]
+        assert any(msg.startswith("READY=1") for msg in messages), messages
+        assert messages.count("WATCHDOG=1") >= 2, messages
+        daemon.send_signal(signal.SIGHUP)
+        assert notify.recv(4096) == b"WATCHDOG=1"  # still alive, still ticking
+        assert (m.mountpoint / "version").read_text().startswith("mlfs ")
+        assert daemon.poll() is None
+        stderr.seek(0)
+        assert "SIGHUP ignored" in stderr.read().decode()
+    finally:
+        notify.close()
+        stderr.close()
+        end_daemon(m)
+        if daemon.poll() is None:
+            daemon.kill()
+        daemon.wait()
