@@ -8,7 +8,8 @@ It runs as a task in the daemon's nursery, never in a thread: `render()` reads
 state that only the trio thread mutates (tick loops, proxies), so rendering
 between two awaits of that thread is the only consistent snapshot there is.
 The server is deliberately tiny: one request per connection (HTTP/1.1 with
-`Connection: close`), GET and HEAD of `/metrics`, 404 for any other path, a
+`Connection: close`), GET and HEAD of `/metrics` and of `/` (a landing page linking
+it), 404 for any other path, a
 time limit per connection and a cap on concurrent connections so a slow or
 hostile client can never hold the mount's loop.  Loopback only by default
 (`[mount] metrics_address`); off unless `[mount] metrics_port` is set.
@@ -44,6 +45,10 @@ def response(status: int, body: bytes = b"", content_type: str = "text/plain; ch
     return ("\r\n".join(lines) + "\r\n\r\n").encode("ascii") + (b"" if head else body)
 
 
+LANDING = (b"<!doctype html>\n<html><head><title>mlfs</title></head><body>\n"
+           b"<h1>mlfs</h1><p><a href=\"/metrics\">Metrics</a></p>\n</body></html>\n")
+
+
 def answer(request: bytes, render: Callable[[], str]) -> bytes:
     """The response to one request head (everything before the blank line)."""
     try:
@@ -54,6 +59,8 @@ def answer(request: bytes, render: Callable[[], str]) -> bytes:
     if not version.startswith("HTTP/1."):
         return response(400, b"HTTP/1.x only\n")
     path = target.split("?", 1)[0]
+    if path == "/" and method in ("GET", "HEAD"):  # a landing page, as node_exporter has
+        return response(200, LANDING, "text/html; charset=utf-8", head=method == "HEAD")
     if path != "/metrics":
         return response(404, b"not found; the metrics are at /metrics\n")
     if method not in ("GET", "HEAD"):

@@ -20,7 +20,6 @@ from __future__ import annotations
 import math
 import os
 import resource
-import time
 
 from .. import __version__
 from .exchange import Exchange
@@ -146,8 +145,6 @@ def render(exchange: Exchange, loader: Loader | None = None) -> str:
     w = _Writer()
     w.metric("mlfs_build_info", "gauge", "Always 1; the version of mlfs serving the mount.", 1,
              version=__version__)
-    w.metric("mlfs_uptime_seconds", "gauge", "Seconds since the mount started.",
-             round(time.time() - exchange.started, 3))
     _process(w)
     w.metric("mlfs_events_total", "counter", "Events published.", exchange.bus.published)
     w.metric("mlfs_event_readers", "gauge", "Open events files.",
@@ -189,8 +186,11 @@ def render(exchange: Exchange, loader: Loader | None = None) -> str:
                  subsystem=subsystem, file=file)
     for runtime in exchange.runtimes.values():
         sub = runtime.name
-        w.metric("mlfs_ticks_total", "counter", "Ticks run.", runtime.ticks, subsystem=sub)
-        w.metric("mlfs_tick", "gauge", "Number of the next tick.", runtime.next_tick,
+        w.metric("mlfs_ticks_total", "counter", "Ticks this process ran (from 0 at each start; "
+                 "the persistent tick number is mlfs_tick).", runtime.ticks, subsystem=sub)
+        w.metric("mlfs_tick", "gauge", "The number the next tick gets: persistent across "
+                 "restarts, never reused (this process's count is mlfs_ticks_total).",
+                 runtime.next_tick,
                  subsystem=sub)
         w.metric("mlfs_tick_seconds_total", "counter", "Wall time spent in ticks.",
                  round(runtime.tick_seconds_total, 6), subsystem=sub)
@@ -238,12 +238,17 @@ def render(exchange: Exchange, loader: Loader | None = None) -> str:
         w.metric("mlfs_critical", "gauge",
                  "1 while the backend or the state dir reports a critical state.",
                  1 if runtime.critical else 0, subsystem=sub)
-        w.metric("mlfs_objective", "gauge", "Last tick's objective.", runtime.last_objective,
-                 subsystem=sub)
+        objective = runtime.subsystem.objective
+        w.metric("mlfs_objective", "gauge", "Last tick's objective, in the unit its `unit` "
+                 "label names (the subsystem's own; `info` says the same).",
+                 runtime.last_objective, subsystem=sub, objective=objective.name,
+                 unit=objective.unit)
+        knobs = runtime.subsystem.knobs
         for knob, value in runtime.knob_values.items():
             if isinstance(value, int):
-                w.metric("mlfs_knob_value", "gauge", "Knob value in effect.", value,
-                         subsystem=sub, knob=knob)
+                w.metric("mlfs_knob_value", "gauge", "Knob value in effect, in the unit its "
+                         "`unit` label names.", value, subsystem=sub, knob=knob,
+                         unit=knobs[knob].unit)
         for proxy in runtime.models.values():
             labels = {"subsystem": sub, "model": proxy.name}
             stats = proxy.window.stats()
@@ -294,8 +299,9 @@ def render(exchange: Exchange, loader: Loader | None = None) -> str:
             policy = proxy.policy
             w.metric("mlfs_model_policy_loaded", "gauge", "1 when a policy is loaded.",
                      1 if policy else 0, **labels)
-            if policy and policy.decisions:
-                w.metric("mlfs_model_policy_inference_seconds", "gauge",
-                         "Mean in-process policy inference time per ML tick.",
-                         policy.seconds / policy.decisions, **labels)
+            if policy:
+                w.summary("mlfs_model_policy_inference_seconds",
+                          "In-process policy inference per ML tick (rate of _sum / rate of "
+                          "_count = the mean over any range).",
+                          round(policy.seconds, 6), policy.decisions, **labels)
     return w.text()

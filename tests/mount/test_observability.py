@@ -176,7 +176,7 @@ def test_http_server_answers_get_head_and_refuses_the_rest():
     assert out["head"].startswith(b"HTTP/1.1 200") and out["head"].endswith(b"\r\n\r\n")
     assert b"Content-Length: 10" in out["head"]
     assert out["error"].startswith(b"HTTP/1.1 500")
-    assert out["root"].startswith(b"HTTP/1.1 404")
+    assert out["root"].startswith(b"HTTP/1.1 200") and b'href="/metrics"' in out["root"]
     assert out["post"].startswith(b"HTTP/1.1 405") and b"Allow: GET, HEAD" in out["post"]
     assert out["junk"].startswith(b"HTTP/1.1 400")
     assert out["long"].startswith(b"HTTP/1.1 413")
@@ -232,8 +232,10 @@ def test_daemon_serves_the_metrics_file_over_http_on_loopback(observed, models):
     assert {"mlfs_ticks_total", "mlfs_model_efficiency", "mlfs_model_mode"} <= metric_names(
         served)
     assert 'mlfs_model_efficiency{subsystem="sim.readahead",model="http"}' in served
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as landing:
+        assert b'href="/metrics"' in landing.read()  # a landing page, as node_exporter's
     with pytest.raises(urllib.error.HTTPError) as missing:
-        urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10)
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/nothing", timeout=10)
     assert missing.value.code == 404
     assert _listening(port) == ["0100007F"], "only 127.0.0.1 by default"
 
