@@ -238,7 +238,7 @@ def serve(mountpoint: Path, config: Config, state_dir: Path, ready_fd: int | Non
         log.warning("%s", problem)  # a plugin that fails to import never stops the mount
     keep_info(exchange)
     ops = Operations(control, version_text=f"mlfs {__version__}\n",
-                     metrics=lambda: metrics.render(exchange, loader),
+                     metrics=lambda: metrics.render(exchange, loader, ops.latency),
                      gid=_group_id(config.mount.group),
                      backends_text=listing_text(backends))
     options = set(pyfuse3.default_options)
@@ -279,7 +279,8 @@ async def _serve(exchange: Exchange, ops: Operations, config: Config,
         await nursery.start(exchange.run)
         if config.mount.metrics_port:  # listening before `mlfs mount` returns
             await nursery.start(serve_metrics,
-                                lambda: metrics.render(exchange, ops.control.loader),
+                                lambda: metrics.render(exchange, ops.control.loader,
+                                                       ops.latency),
                                 config.mount.metrics_address, config.mount.metrics_port)
         nursery.start_soon(_on_signals, exchange, ops)
         nursery.start_soon(_announce_ready, ready_fd, exchange)

@@ -23,6 +23,7 @@ import resource
 
 from .. import __version__
 from .exchange import Exchange
+from .histogram import Histogram
 from .loading import Loader
 from .model_files import MODES, STATES
 from .modes import efficiency_interval
@@ -88,6 +89,15 @@ class _Writer:
         family.samples.append(self._sample(f"{name}_sum", total, labels))
         family.samples.append(self._sample(f"{name}_count", count, labels))
 
+    def histogram(self, name: str, help_text: str, histogram: Histogram,
+                  **labels: str) -> None:
+        """A histogram: cumulative `_bucket{le}` samples, `_sum` and `_count`."""
+        family = self._family(name, "histogram", help_text)
+        for le, count in histogram.cumulative():
+            family.samples.append(self._sample(f"{name}_bucket", count, {**labels, "le": le}))
+        family.samples.append(self._sample(f"{name}_sum", round(histogram.total, 6), labels))
+        family.samples.append(self._sample(f"{name}_count", histogram.count, labels))
+
     def text(self) -> str:
         lines: list[str] = []
         for name, family in self.families.items():
@@ -141,7 +151,8 @@ def _process(w: _Writer) -> None:
              usage.ru_maxrss * 1024)
 
 
-def render(exchange: Exchange, loader: Loader | None = None) -> str:
+def render(exchange: Exchange, loader: Loader | None = None,
+           fuse_latency: dict[str, Histogram] | None = None) -> str:
     w = _Writer()
     w.metric("mlfs_build_info", "gauge", "Always 1; the version of mlfs serving the mount.", 1,
              version=__version__)
@@ -174,6 +185,10 @@ def render(exchange: Exchange, loader: Loader | None = None) -> str:
     w.metric("mlfs_mount_emergency_pinned", "gauge",
              "1 while the operator's mount-wide emergency pin (MOUNT/control) holds.",
              1 if exchange.emergency_pinned else 0)
+    for operation, histogram in sorted((fuse_latency or {}).items()):
+        w.histogram("mlfs_fuse_operation_seconds", "How long the daemon took to answer each "
+                    "FUSE request, by operation (an events read parked for an event included).",
+                    histogram, operation=operation)
     for status, count in sorted(exchange.mount.actions.counts.items()):
         w.metric("mlfs_actions_total", "counter",
                  "Action commands of predictors' alerts, by how they ended.", count,
@@ -192,6 +207,8 @@ def render(exchange: Exchange, loader: Loader | None = None) -> str:
                  "restarts, never reused (this process's count is mlfs_ticks_total).",
                  runtime.next_tick,
                  subsystem=sub)
+        w.histogram("mlfs_tick_duration_seconds", "How long each tick took (plan, the "
+                    "backend's step, recording).", runtime.tick_durations, subsystem=sub)
         w.metric("mlfs_tick_seconds_total", "counter", "Wall time spent in ticks.",
                  round(runtime.tick_seconds_total, 6), subsystem=sub)
         w.metric("mlfs_tick_errors_total", "counter", "Ticks that failed.", runtime.errors,

@@ -49,6 +49,7 @@ from .context import MountContext
 from .decision import Decision
 from .durable import fsync_dir, set_aside, write_durably
 from .errors import Refused, invalid
+from .histogram import Histogram
 from .model_files import MODEL_SETTINGS, prepare_model_directory
 from .portion import Portion, StoreOwner, StoreWatch, errno_name
 from .predictor_proxy import PredictorProxy
@@ -145,6 +146,7 @@ class SubsystemRuntime:
         self.last_tick_at = time.monotonic()
         self.ticks = 0
         self.tick_seconds_total = 0.0
+        self.tick_durations = Histogram()
         self.errors = 0
         models_dir = self.directory / "models"
         models_dir.mkdir(exist_ok=True)
@@ -396,7 +398,9 @@ class SubsystemRuntime:
         self.last_objective = objective
         self.ticks += 1
         self.last_tick_at = time.monotonic()
-        self.tick_seconds_total += time.perf_counter() - plan.started
+        took = time.perf_counter() - plan.started
+        self.tick_seconds_total += took
+        self.tick_durations.observe(took)
         return sample
 
     def _publish_reports(self, sample: Sample) -> None:

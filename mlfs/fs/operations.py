@@ -26,6 +26,7 @@ import trio
 from ..core.control import Control
 from ..core.errors import Refused
 from ..core.events import Subscriber
+from ..core.histogram import Histogram
 from .nodes import (
     Attr,
     Dir,
@@ -48,8 +49,11 @@ REFUSAL_LOG_SECONDS = 60.0
 def _guard(handler):
     """Log unexpected exceptions and answer EIO; let FUSEError through."""
 
+    name = handler.__name__
+
     @functools.wraps(handler)
     async def wrapper(self, *args, **kwargs):
+        started = time.perf_counter()
         try:
             return await handler(self, *args, **kwargs)
         except pyfuse3.FUSEError:
@@ -61,6 +65,11 @@ def _guard(handler):
         except BaseException:
             log.exception("unexpected error in %s", handler.__name__)
             raise pyfuse3.FUSEError(errno.EIO) from None
+        finally:
+            histogram = self.latency.get(name)
+            if histogram is None:
+                histogram = self.latency[name] = Histogram()
+            histogram.observe(time.perf_counter() - started)
 
     return wrapper
 
@@ -183,6 +192,8 @@ class Operations(pyfuse3.Operations):
         self.portion_maps = PortionMaps()
         self.parking = Parking(self.exchange.readers)
         self._refusal_logged = -REFUSAL_LOG_SECONDS
+        #: how long each kind of FUSE request took to answer (mlfs_fuse_operation_seconds)
+        self.latency: dict[str, Histogram] = {}
 
     # ---- attributes ----------------------------------------------------------
     def _node(self, inode: int) -> Node:

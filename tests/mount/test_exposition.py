@@ -73,7 +73,8 @@ def test_each_family_is_one_block_that_prometheus_client_reads_as_one(two_subsys
             current = line.split()[2]
         elif not line.startswith("#"):
             name = line.split("{")[0].split()[0]
-            assert name == current or name in (f"{current}_sum", f"{current}_count"), line
+            assert name == current or name in (f"{current}_sum", f"{current}_count",
+                                               f"{current}_bucket"), line
     families = list(text_string_to_metric_families(page))
     assert len(families) == len(typed)
     by_name = {f.name: f for f in families}
@@ -86,6 +87,16 @@ def test_each_family_is_one_block_that_prometheus_client_reads_as_one(two_subsys
     assert error.type == "summary"
     assert {s.name for s in error.samples} == {"mlfs_model_feedback_abs_error_sum",
                                                "mlfs_model_feedback_abs_error_count"}
+    ticks_took = by_name["mlfs_tick_duration_seconds"]  # a histogram per subsystem
+    assert ticks_took.type == "histogram"
+    infinite = [s for s in ticks_took.samples
+                if s.name.endswith("_bucket") and s.labels["le"] == "+Inf"]
+    counts = {s.labels["subsystem"]: s.value for s in ticks_took.samples
+              if s.name.endswith("_count")}
+    assert {s.labels["subsystem"]: s.value for s in infinite} == counts
+    assert all(v > 0 for v in counts.values())
+    reads = by_name["mlfs_fuse_operation_seconds"]  # this very page's reads were timed
+    assert {"lookup", "open", "read"} <= {s.labels["operation"] for s in reads.samples}
     build = by_name["mlfs_build_info"].samples
     assert [(s.labels, s.value) for s in build] == [({"version": _version()}, 1.0)]
     for name in ("process_cpu_seconds", "process_resident_memory_bytes",
