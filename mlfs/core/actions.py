@@ -9,7 +9,8 @@ device; what the command does is the operator's.
 The command runs without a shell, in a session of its own, with no input and its output
 discarded, and is bounded: at most `action_timeout_seconds` (then killed with its
 process group), at most once per `action_every_seconds` for one entity, and at most
-MAX_RUNNING at once (an alert beyond is counted as skipped, never queued).  Nothing
+MAX_RUNNING at once (an alert beyond is counted as skipped, never queued); the last run
+of at most MAX_REMEMBERED entities is remembered, the oldest forgotten first.  Nothing
 waits for it: the tick loop starts it and `reap`s it on later ticks, so a hung command
 never delays a tick.  Its end is recorded as an `action` event (exit status, seconds),
 a line in the model's `alerts` file and the `mlfs_actions_total` counter.
@@ -30,6 +31,8 @@ log = logging.getLogger("mlfs.actions")
 
 #: commands running at once, over the whole mount
 MAX_RUNNING = 4
+#: entities whose last run is remembered (for `action_every_seconds`); the oldest go first
+MAX_REMEMBERED = 4096
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_EVERY = 3600.0
 
@@ -74,7 +77,10 @@ class ActionRunner:
             report("skipped", None, 0.0)
             return False
         argv = [*spec["action"], argument]
+        self._last.pop((subsystem, argument), None)  # re-inserted: the dict stays in age order
         self._last[(subsystem, argument)] = now
+        if len(self._last) > MAX_REMEMBERED:  # a population of entities: memory stays bounded
+            self._last.pop(next(iter(self._last)))
         try:
             process = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

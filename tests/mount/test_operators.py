@@ -8,6 +8,7 @@ state directory, never by name.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
@@ -339,6 +340,32 @@ def _notify_socket(path: Path) -> socket.socket:
     return sock
 
 
+@contextlib.contextmanager
+def _as_systemd_runs_it(mount_root: Path, m: Mount, **environment: str):
+    """`mlfs mount --foreground` as the unit's ExecStart= under systemd: cwd "/",
+    $NOTIFY_SOCKET (the socket yielded) and $INVOCATION_ID set, stderr to a file (the
+    journal); (daemon, notify socket, stderr), all ended and closed afterwards."""
+    start = [sys.executable, "-m", "mlfs", "mount", str(m.mountpoint), "--foreground",
+             "--config", str(m.config_path), "--state-dir", str(m.state_dir)]
+    notify = _notify_socket(mount_root / "notify")
+    # PYTHONPATH: this checkout's mlfs, not another installed one
+    env = {**os.environ, "NOTIFY_SOCKET": str(mount_root / "notify"), "PYTHONPATH": str(REPO),
+           "INVOCATION_ID": "0123456789abcdef0123456789abcdef", **environment}
+    stderr = open(mount_root / "stderr", "w+b")  # noqa: SIM115 - closed below
+    daemon = subprocess.Popen(start, cwd="/", stdin=subprocess.DEVNULL, env=env,
+                              stdout=subprocess.DEVNULL, stderr=stderr)
+    assert m.adopt(daemon.pid)
+    try:
+        yield daemon, notify, stderr
+    finally:
+        notify.close()
+        stderr.close()
+        end_daemon(m)
+        if daemon.poll() is None:
+            daemon.kill()
+        daemon.wait()
+
+
 def test_the_daemon_unit_life_cycle_replayed_without_systemd(mount_root):
     """ExecStart= in the foreground under a NOTIFY_SOCKET, ExecStartPost=, ExecStop=.
 
@@ -352,17 +379,7 @@ def test_the_daemon_unit_life_cycle_replayed_without_systemd(mount_root):
     m = Mount(mount_root)
     start = unit_command(unit, "ExecStart", m.mountpoint)
     assert start[:4] == [str(venv_script("mlfs")), "mount", str(m.mountpoint), "--foreground"]
-    start = [sys.executable, "-m", "mlfs", "mount", str(m.mountpoint), "--foreground",
-             "--config", str(m.config_path), "--state-dir", str(m.state_dir)]
-    notify = _notify_socket(mount_root / "notify")
-    # cwd "/" as systemd; PYTHONPATH: this checkout's mlfs, not another installed one
-    env = {**os.environ, "NOTIFY_SOCKET": str(mount_root / "notify"), "PYTHONPATH": str(REPO),
-           "INVOCATION_ID": "0123456789abcdef0123456789abcdef"}
-    stderr = open(mount_root / "stderr", "w+b")  # noqa: SIM115 - closed below
-    daemon = subprocess.Popen(start, cwd="/", stdin=subprocess.DEVNULL, env=env,
-                              stdout=subprocess.DEVNULL, stderr=stderr)
-    assert m.adopt(daemon.pid)
-    try:
+    with _as_systemd_runs_it(mount_root, m) as (daemon, notify, stderr):
         ready = notify.recv(4096).decode()
         assert ready.startswith("READY=1\n"), ready
         assert f"MAINPID={daemon.pid}" in ready and "STATUS=serving 1 subsystem" in ready
@@ -386,13 +403,6 @@ def test_the_daemon_unit_life_cycle_replayed_without_systemd(mount_root):
         logged = stderr.read().decode()
         assert "serving (pid" in logged and "sealing and unmounting" in logged, logged
         assert not (m.state_dir / "mlfs.log").exists(), "logged twice: journal and mlfs.log"
-    finally:
-        notify.close()
-        stderr.close()
-        end_daemon(m)
-        if daemon.poll() is None:
-            daemon.kill()
-        daemon.wait()
 
 
 def test_daemon_notifies_an_abstract_notify_socket_and_logs_to_a_file_outside_systemd(
@@ -505,16 +515,8 @@ def test_the_daemon_pings_systemds_watchdog_and_a_sighup_neither_stops_nor_reloa
     unit = SYSTEMD / "mlfs@.service"
     assert unit_settings(unit, "WatchdogSec") == ["60"]
     m = Mount(mount_root)
-    start = [sys.executable, "-m", "mlfs", "mount", str(m.mountpoint), "--foreground",
-             "--config", str(m.config_path), "--state-dir", str(m.state_dir)]
-    notify = _notify_socket(mount_root / "notify")
-    env = {**os.environ, "NOTIFY_SOCKET": str(mount_root / "notify"), "PYTHONPATH": str(REPO),
-           "INVOCATION_ID": "0123456789abcdef0123456789abcdef", "WATCHDOG_USEC": "1000000"}
-    stderr = open(mount_root / "stderr", "w+b")  # noqa: SIM115 - closed below
-    daemon = subprocess.Popen(start, cwd="/", stdin=subprocess.DEVNULL, env=env,
-                              stdout=subprocess.DEVNULL, stderr=stderr)
-    assert m.adopt(daemon.pid)
-    try:
+    with _as_systemd_runs_it(mount_root, m, WATCHDOG_USEC="1000000") as (daemon, notify,
+                                                                          stderr):
         messages = [notify.recv(4096).decode() for _ in range(3)]
         assert any(msg.startswith("READY=1") for msg in messages), messages
         assert messages.count("WATCHDOG=1") >= 2, messages
@@ -524,10 +526,3 @@ def test_the_daemon_pings_systemds_watchdog_and_a_sighup_neither_stops_nor_reloa
         assert daemon.poll() is None
         stderr.seek(0)
         assert "SIGHUP ignored" in stderr.read().decode()
-    finally:
-        notify.close()
-        stderr.close()
-        end_daemon(m)
-        if daemon.poll() is None:
-            daemon.kill()
-        daemon.wait()
