@@ -42,6 +42,7 @@ from mlfs.abi import (
     Sample,
     SettingError,
     Subsystem,
+    application_objective,
     describe_schema,
     split_core_settings,
     subsystem_problems,
@@ -232,12 +233,15 @@ def create_subsystems(entries: tuple[dict, ...] | list[dict],
         check_entry(entry)
     subsystems: list[Subsystem] = []
     for entry in entries:
-        _, settings = split_core_settings(entry)
+        core, settings = split_core_settings(entry)
         module = _module(settings.pop("backend"))
         if state_dir is not None and getattr(module, "USES_STATE_DIR", False):
             settings["state_dir"] = str(state_dir)
         built = module.factory(settings)
         for subsystem in built:
+            objective = application_objective(core, subsystem.objective)
+            if objective is not None:  # the core's rule, whatever the backend measures
+                subsystem.objective = objective
             problems = subsystem_problems(subsystem)
             if problems:
                 for other in subsystems + built:

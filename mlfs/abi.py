@@ -200,11 +200,21 @@ class Settling:
 
 @dataclass(frozen=True)
 class Objective:
-    """What a subsystem's ticks are judged by: `name` in `unit`, to maximise or minimise."""
+    """What a subsystem's ticks are judged by: `name` in `unit`, to maximise or minimise.
+
+    `name` APPLICATION: the application measures it and writes it to `objective`
+    (mlfs.core.application); a tick's row then waits up to `wait_seconds` for the
+    figure (None: twice the tick, at least 2 s) and the sample's own `objective` is
+    never used."""
 
     name: str
     unit: str
     goal: Literal["max", "min"] = "max"
+    wait_seconds: float | None = None
+
+
+#: the objective an application writes (any backend: `objective = "application"`)
+APPLICATION = "application"
 
 
 @dataclass(frozen=True)
@@ -688,14 +698,51 @@ ACTION_SETTINGS: Schema = {
 }
 
 
+#: the application's objective, for any backend (`objective = "application"`): the
+#: figure comes only from writes to `objective` (docs/ABI.md, "An application's objective")
+OBJECTIVE_SETTINGS: Schema = {
+    "objective": described(word(APPLICATION), f"{APPLICATION!r} (the core's); another value "
+                           "is the backend's own setting"),
+    "objective_unit": text(16),
+    "objective_goal": word("max", "min"),
+    "objective_wait_seconds": number(0.0, 3600.0),
+}
+#: every core setting of a `[[subsystem]]` table (the rest is the backend's)
+CORE_SETTINGS: Schema = {**ACTION_SETTINGS, **OBJECTIVE_SETTINGS}
+
+
+def _is_core(key: str, value: object) -> bool:
+    if key == "objective":  # a feature name is the backend's objective setting
+        return value == APPLICATION
+    return key in CORE_SETTINGS
+
+
 def split_core_settings(entry: Mapping[str, object]) -> tuple[dict, dict]:
     """(the core's settings of a `[[subsystem]]` table, checked; the backend's rest)."""
-    core = {k: v for k, v in entry.items() if k in ACTION_SETTINGS}
-    rest = {k: v for k, v in entry.items() if k not in ACTION_SETTINGS}
-    checked = check_settings(core, ACTION_SETTINGS)
-    if core and "action" not in checked:
-        raise SettingError(next(iter(core)), "only with an `action` command")
+    core = {k: v for k, v in entry.items() if _is_core(k, v)}
+    rest = {k: v for k, v in entry.items() if not _is_core(k, v)}
+    checked = check_settings(core, CORE_SETTINGS)
+    actions = [k for k in checked if k in ACTION_SETTINGS]
+    if actions and "action" not in checked:
+        raise SettingError(actions[0], "only with an `action` command")
+    objectives = [k for k in checked if k in OBJECTIVE_SETTINGS and k != "objective"]
+    if objectives and "objective" not in checked:
+        raise SettingError(objectives[0], f"only with objective = {APPLICATION!r}")
     return checked, rest
+
+
+def application_objective(core: Mapping[str, object], own: Objective) -> Objective | None:
+    """The objective `core` settings give a subsystem whose own is `own`: None when
+    they do not make it the application's.  The unit and goal default to the
+    subsystem's own when that is already the application's (linux.sysfs's `unit`
+    and `goal`), else to no unit and "max"."""
+    if core.get("objective") != APPLICATION:
+        return None
+    already = own.name == APPLICATION
+    return Objective(APPLICATION,
+                     str(core.get("objective_unit", own.unit if already else "")),
+                     core.get("objective_goal", own.goal if already else "max"),  # type: ignore[arg-type]
+                     core.get("objective_wait_seconds", own.wait_seconds))  # type: ignore[arg-type]
 
 
 __all__ = [
@@ -709,5 +756,6 @@ __all__ = [
     "Check", "MAX_TICK_SECONDS", "MIN_TICK_SECONDS", "NO_DEFAULT", "Schema", "SettingError",
     "boolean_or", "check_settings", "defaults_from", "describe_schema", "described",
     "list_of", "number", "table", "text", "tick_seconds", "word",
-    "ACTION_SETTINGS", "split_core_settings",
+    "ACTION_SETTINGS", "APPLICATION", "CORE_SETTINGS", "OBJECTIVE_SETTINGS",
+    "application_objective", "split_core_settings",
 ]

@@ -55,6 +55,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from mlfs.abi import (
+    APPLICATION,
     CORE_COLUMNS,
     MAX_SETTLE,
     MAX_TICK_SECONDS,
@@ -88,8 +89,6 @@ __all__ = ["DeclaredSubsystem", "check", "factory"]
 KNOB_ROOTS = (Path("/proc/sys"), Path("/sys"))
 #: where a feature's file may resolve to
 FEATURE_ROOTS = (Path("/proc"), Path("/sys"))
-#: the objective written by an application instead of a feature
-APPLICATION = "application"
 MAX_KNOBS = 64
 MAX_FEATURES = 512
 _KNOB_KEYS = {"path", "range", "choices", "apply", "default", "unit", "alt_path", "priority",
@@ -361,11 +360,6 @@ class DeclaredSubsystem(LinuxSubsystem):
             knob = dataclasses.replace(knob, default=policy)
         return knob
 
-    def step(self, knobs: dict[str, KnobValue]) -> Sample:
-        sample = super().step(knobs)
-        if self._application:
-            sample.objective = math.nan  # until the application writes `objective`
-        return sample
 
 
 #: `[[subsystem]] backend = "linux.sysfs"`: every setting and its range

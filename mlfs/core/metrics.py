@@ -239,6 +239,17 @@ def render(exchange: Exchange, loader: Loader | None = None,
         w.metric("mlfs_ticks_skipped_total", "counter",
                  "Ticks held because nothing could be recorded (store.max_waiting_rows).",
                  runtime.skipped_ticks, subsystem=sub)
+        if runtime.application is not None:
+            app = runtime.application
+            w.metric("mlfs_objective_held_ticks", "gauge",
+                     "Ticks whose row waits for the application's objective figure.",
+                     len(app.held), subsystem=sub)
+            w.metric("mlfs_objective_missing_total", "counter",
+                     "Ticks recorded with no application figure (a missing objective).",
+                     app.missing, subsystem=sub)
+            w.metric("mlfs_objective_late_figures_total", "counter",
+                     "Application figures whose window reached only ticks already recorded.",
+                     app.late_figures, subsystem=sub)
         if runtime.records is not None:
             w.metric("mlfs_records_total", "counter", "Records appended to the record dataset.",
                      runtime.records.rows_total, subsystem=sub)

@@ -32,6 +32,7 @@ import trio
 
 from mlfs.abi import (
     ABI_VERSION,
+    APPLICATION,
     EXTRA_APPLIED,
     EXTRA_FOREIGN,
     EXTRA_REFUSED,
@@ -44,6 +45,7 @@ from mlfs.abi import (
     knob_column,
 )
 
+from .application import ApplicationObjective, HeldTick, parse_figure
 from .clock import now_us
 from .context import MountContext
 from .decision import Decision
@@ -138,6 +140,13 @@ class SubsystemRuntime:
         self.knob_values: dict[str, KnobValue] = subsystem.default_knobs(None)
         self.last_objective = math.nan
         self._objective_override: float | None = None
+        #: an application's objective: its figures and the ticks held for them
+        self.application: ApplicationObjective | None = None
+        if subsystem.objective.name == APPLICATION:
+            wait = subsystem.objective.wait_seconds
+            self.application = ApplicationObjective(
+                wait if wait is not None else max(2.0, 2 * subsystem.tick_seconds),
+                subsystem.tick_seconds)
         self.critical: str | None = None
         #: why ticks are held (nothing can be recorded), None while they run
         self.held: str | None = None
@@ -195,7 +204,9 @@ class SubsystemRuntime:
             "description": sub.description,
             "tick_seconds": sub.tick_seconds,
             "objective": {"name": sub.objective.name, "unit": sub.objective.unit,
-                          "goal": sub.objective.goal},
+                          "goal": sub.objective.goal,
+                          **({"wait_seconds": self.application.wait_seconds}
+                             if self.application is not None else {})},
             "knobs": {n: k.describe() for n, k in sub.knobs.items()},
             "features": dict(self.feature_columns),
             **({"private": True} if sub.private else {}),
@@ -286,14 +297,27 @@ class SubsystemRuntime:
 
     # ---- attributes -----------------------------------------------------------
     def write_objective(self, data: bytes) -> None:
+        """The application's figure (`mlfs.core.application`), or, for a subsystem
+        whose objective is the backend's, the next tick's objective instead of it."""
         try:
-            value = parse_float(one_word(data, "objective"), "objective")
+            if self.application is not None:
+                figure = parse_figure(data, self.mount.clock())
+            else:
+                value = parse_float(one_word(data, "objective"), "objective")
         except Refused as exc:
+            refused = exc
+            if self.application is None and len(data.split()) == 2:
+                refused = invalid(f"objective takes one number here: window= is for a "
+                                  f"subsystem with objective = {APPLICATION!r}")
             self.mount.count_error(self.name, "objective")
-            log.warning("%s: objective refused (%s): %s", self.name, exc.reason,
+            log.warning("%s: objective refused (%s): %s", self.name, refused.reason,
                         escape_input(data))
-            raise
-        self._objective_override = value
+            raise refused from None
+        if self.application is None:
+            self._objective_override = value
+            return
+        self.application.write(figure)
+        self._record_released(self.application.release(self.mount.clock()))
 
     def objective_text(self) -> str:
         return format_value(self.last_objective)
@@ -367,19 +391,20 @@ class SubsystemRuntime:
         sample_features = {names.get(k) or names.setdefault(k, column_name(k)): v
                            for k, v in sample.features.items()}
         row.update(sample_features)
-        row["objective"] = objective
-        self.dataset.append(row)
-        self._row_recorded.set()  # wakes `prepare_dataset` waiting for a row
-        self._row_recorded = trio.Event()
+        by_proxy = {p.name: d for p, d in decisions}
+        knob_models = [p for p in active if not isinstance(p, PredictorProxy)]
+        if self.application is None:
+            self._record_row(row, objective, knob_models, by_proxy, knobs, plan.features)
+        else:  # held until the application's figure covers it (or it waits too long)
+            ended = self.mount.clock()
+            self.application.hold(plan.tick, ended,
+                                  (row, knob_models, by_proxy, knobs, plan.features))
+            self._record_released(self.application.release(ended))
         records = keep_records(self, plan.tick, sample)
         critical = sample.critical or self.watch.reason()
-        by_proxy = {p.name: d for p, d in decisions}
         for proxy in active:
             if isinstance(proxy, PredictorProxy):
                 proxy.observe(plan.tick, records)
-            else:
-                proxy.record(plan.tick, ts, by_proxy.get(proxy.name), objective, knobs,
-                             plan.features)
             proxy.update_mode(critical)
         self._publish_reports(sample)
         for status in (EXTRA_REFUSED, EXTRA_FOREIGN):
@@ -395,13 +420,32 @@ class SubsystemRuntime:
         self.last_sample = sample
         self.last_features = sample_features
         self.knob_values = knobs
-        self.last_objective = objective
+        if self.application is None:
+            self.last_objective = objective
         self.ticks += 1
         self.last_tick_at = time.monotonic()
         took = time.perf_counter() - plan.started
         self.tick_seconds_total += took
         self.tick_durations.observe(took)
         return sample
+
+    def _record_row(self, row: dict, objective: float, models: list, by_proxy: dict,
+                    knobs: dict, features: dict | None) -> None:
+        """A tick's dataset row and its knob models' window and feedback, with its
+        objective (a held tick's: when it is released)."""
+        row["objective"] = objective
+        self.dataset.append(row)
+        self._row_recorded.set()  # wakes `prepare_dataset` waiting for a row
+        self._row_recorded = trio.Event()
+        for proxy in models:
+            if proxy.active and self.models.get(proxy.name) is proxy:  # not removed since
+                proxy.record(row["tick"], row["ts"], by_proxy.get(proxy.name), objective,
+                             knobs, features)
+
+    def _record_released(self, released: list[HeldTick]) -> None:
+        for held in released:
+            self._record_row(*held.payload[:1], held.objective, *held.payload[1:])
+            self.last_objective = held.objective
 
     def _publish_reports(self, sample: Sample) -> None:
         """`report` events for the backend's new and repeating reports (bounded)."""
@@ -467,6 +511,9 @@ class SubsystemRuntime:
             log.warning("%s: cannot keep info.json: %s", self.name, exc.strerror or exc)
 
     def close(self) -> None:
+        if self.application is not None:  # held rows are recorded, none lost
+            self._record_released(self.application.release(self.mount.clock(),
+                                                            everything=True))
         for proxy in self.models.values():
             proxy.journal.close()
             proxy.feedback.close()

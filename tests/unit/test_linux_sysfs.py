@@ -127,12 +127,12 @@ def test_rates_are_per_second_increases_scaled():
     assert sub.derive(after, before, 2.0) == {"faults_per_s": 0.0}
 
 
-def test_application_written_objective_is_nan_until_written():
-    sub = DeclaredSubsystem(name="app", measure_seconds=0,
+def test_a_declared_subsystems_objective_is_the_applications_by_default():
+    """The core's rule then applies (tests/unit/test_application_objective.py): the
+    sample's own objective is never recorded."""
+    sub = DeclaredSubsystem(name="app", measure_seconds=0, unit="ops/s",
                             features={"swappiness": {"path": "/proc/sys/vm/swappiness"}})
-    assert sub.objective.name == "application"
-    sample = sub.step({})
-    assert sample.objective != sample.objective  # NaN
+    assert (sub.objective.name, sub.objective.unit) == ("application", "ops/s")
 
 
 def test_knob_paths_must_resolve_under_proc_sys_or_sys(tmp_path):
