@@ -107,8 +107,8 @@ CONFIGS = {
 backend = "linux.block"
 devices = ["{device}"]
 tick_seconds = 1.0
-objective = "read_mb_per_s"
-goal = "max"
+objective = "application"
+objective_unit = "MiB/s"
 apply = {{scheduler = ["none", "mq-deadline", "kyber", "bfq"], nr_requests = [8, 256]}}
 tracepoints = false
 """,
@@ -116,8 +116,8 @@ tracepoints = false
 [[subsystem]]
 backend = "linux.vm"
 tick_seconds = 1.0
-objective = "written_mb_per_s"
-goal = "max"
+objective = "application"
+objective_unit = "MiB/s"
 critical_full_avg10 = 100.0
 
 apply = {{dirty_ratio = [2, 80], dirty_background_ratio = [1, 40]}}
@@ -240,14 +240,13 @@ class KnobWatch(threading.Thread):
 
 
 class Glue(threading.Thread):
-    """What an operator's glue does: fio's latest per-second MiB/s into ``objective``.
+    """What an operator's glue does: each of fio's per-second MiB/s into ``objective``.
 
-    fio reports once a second and ticks are a second apart, so a tick may see
-    no new report; the objective attribute counts a write for the next tick
-    only, and a tick without one would record the backend's own counter (a
-    different quantity) as the objective.  So the latest figure is written
-    every 0.2 s until the next report replaces it.
-    """
+    The subsystems are configured with ``objective = "application"`` (docs/ABI.md,
+    "An application's objective"): each report is written once, as
+    ``MIB window=1.0``, and is the objective of the ticks of the second it
+    covers; a tick no report covers is recorded missing, never with the
+    backend's own counter (a different quantity)."""
 
     def __init__(self, rate_seconds: int = 1) -> None:
         super().__init__(daemon=True, name="objective-glue")
@@ -260,17 +259,22 @@ class Glue(threading.Thread):
         self.errors = 0
         self.writes = 0
         self.stop = threading.Event()
+        self._fresh = threading.Event()
 
     def __call__(self, mib_per_s: float) -> None:
         self.latest = mib_per_s
+        self._fresh.set()
 
     def run(self) -> None:
-        while not self.stop.wait(0.2):
+        while not self.stop.is_set():
+            if not self._fresh.wait(0.2):
+                continue
+            self._fresh.clear()
             path, value = self.path, self.latest
             if path is None or value is None:
                 continue
             try:
-                write_attr(path, f"{value:.3f}\n")
+                write_attr(path, f"{value:.3f} window=1.0\n")
                 self.writes += 1
             except OSError:
                 self.errors += 1

@@ -140,8 +140,8 @@ silence_seconds = 3600.0
 backend = "linux.block"
 devices = ["{device}"]
 tick_seconds = {tick}
-objective = "read_mb_per_s"
-goal = "max"
+objective = "application"
+objective_unit = "MiB/s"
 apply = {{read_ahead_kb = [0, 4096]}}
 tracepoints = true
 """
@@ -287,7 +287,8 @@ class Sampler(threading.Thread):
             try:
                 fd = os.open(objective, os.O_WRONLY)
                 try:
-                    os.write(fd, f"{(b1 - b0) / MIB / (t1 - t0):.3f}\n".encode())
+                    os.write(fd, f"{(b1 - b0) / MIB / (t1 - t0):.3f} "
+                                 f"window={self.window:g}\n".encode())
                 finally:
                     os.close(fd)
             except OSError:
