@@ -28,7 +28,12 @@ class ModeConfig:
     learning_share: float = 0.10
     collaboration_share: float = 0.50
     recommendation_probe: float = 0.05
+    #: learning's efficiency: the last `window_ticks` (the trainer changes its model
+    #: as it learns, so older ticks judge another model)
     window_ticks: int = 400
+    #: collaboration's and recommendation's: every tick since the switch into the mode,
+    #: up to `evidence_ticks` (a growing sample: the sequential test stays valid)
+    evidence_ticks: int = 2000
     unstable_baseline_ratio: float = 2.0
     min_ml_ticks: int = 30
     min_dwell_ticks: int = 50
@@ -228,6 +233,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "modes.recommendation_probe": (0.0, 1.0),
     # counts of ticks
     "modes.window_ticks": (1, 10_000_000),
+    "modes.evidence_ticks": (1, 10_000_000),
     "modes.min_ml_ticks": (1, 10_000_000),
     "modes.min_dwell_ticks": (1, 10_000_000),
     "modes.emergency_cooldown_ticks": (1, 10_000_000),

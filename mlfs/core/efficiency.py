@@ -189,6 +189,16 @@ class EfficiencyWindow:
         self._last_ml: tuple[int, float] | None = None
         self._pending_defaults: list[tuple[int, float]] = []
         self._reverse: collections.deque[tuple[int, float, float]] = collections.deque()
+        #: the evidence starts after this tick (`restart`): a mode switch's
+        self._since: int | None = None
+
+    def restart(self, tick: int) -> None:
+        """Count only what is judged after `tick` from now on (a mode switch: the
+        sequential test's sample starts again, so its interval stays valid however
+        often it is read).  ML ticks still waiting for their default are kept, so
+        their feedback rows are written; they are not counted."""
+        self._since = tick
+        self._drop_through(tick)
 
     @property
     def baseline(self) -> float:
@@ -228,11 +238,14 @@ class EfficiencyWindow:
         if self._last_ml is not None and self._pending_defaults:
             before_tick, before = self._last_ml
             if self._straddles([v for _, v in self._pending_defaults]):
-                self._straddled.extend(t for t, _ in self._pending_defaults)
+                self._straddled.extend(t for t, _ in self._pending_defaults
+                                       if self._since is None or t > self._since)
             elif self._bracket_ok(before, objective, tick - before_tick):
                 base = (before + objective) / 2
-                self._reverse.extend((t, value, base) for t, value in self._pending_defaults)
-                counted = len(self._pending_defaults)
+                after = [(t, value) for t, value in self._pending_defaults
+                         if self._since is None or t > self._since]
+                self._reverse.extend((t, value, base) for t, value in after)
+                counted = len(after)
         self._pending_defaults = []
         self._last_ml = (tick, objective)
         return counted
@@ -251,7 +264,8 @@ class EfficiencyWindow:
         if math.isfinite(objective):
             self._last_default = objective
             self._last_default_tick = tick
-            self._defaults.append(tick)
+            if self._since is None or tick > self._since:
+                self._defaults.append(tick)
             if self.max_span is not None and objective > 0:
                 self._pending_defaults.append((tick, objective))
         self._expire(tick)
@@ -274,19 +288,23 @@ class EfficiencyWindow:
             # the defaults agree but the ML ticks between them span two levels: phases
             # shorter than the bracket, and the agreement of the defaults a coincidence
             stable = False
-            self._straddled.extend(t for t, _, _, settling in self._pending if not settling)
+            self._straddled.extend(t for t, _, _, settling in self._pending
+                                   if not settling and (self._since is None or t > self._since))
         pairs = []
         for tick, observed, payload, settling in self._pending:
             ratio = self._ratio(observed, base)
             ok = stable and not settling and math.isfinite(ratio) and math.isfinite(observed)
             pairs.append(Pair(tick, observed, base, ratio, ok, payload))
-            if ok:
+            if ok and (self._since is None or tick > self._since):
                 self._pairs.append((tick, observed, base))
         self._pending = []
         return pairs
 
     def _expire(self, tick: int) -> None:
-        oldest = tick - self.size
+        self._drop_through(tick - self.size)
+
+    def _drop_through(self, oldest: int) -> None:
+        """Forget what was judged at or before tick `oldest`."""
         while self._straddled and self._straddled[0] <= oldest:
             self._straddled.popleft()
         for kept in (self._pairs, self._reverse):
@@ -342,12 +360,12 @@ class EfficiencyWindow:
             se = math.sqrt(residual) / base
         return ratio, se
 
-    def _levels(self) -> list[tuple[list, list]]:
+    def _levels(self, pairs: Collection, reverse: Collection) -> list[tuple[list, list]]:
         """The forward and reverse pairs grouped by the default's level: sorted by it,
         a group ends where the level passes `unstable_ratio` times the group's lowest
         (the rule that calls two defaults one workload level)."""
-        ranked = sorted([(b, 0, t, o, b) for t, o, b in self._pairs]
-                        + [(o, 1, t, o, b) for t, o, b in self._reverse])
+        ranked = sorted([(b, 0, t, o, b) for t, o, b in pairs]
+                        + [(o, 1, t, o, b) for t, o, b in reverse])
         groups: list[tuple[list, list]] = []
         floor = None
         for level, kind, tick, observed, base in ranked:
@@ -357,26 +375,33 @@ class EfficiencyWindow:
             groups[-1][kind].append((tick, observed, base))
         return groups
 
-    def stats(self) -> EfficiencyStats:
-        """The paired efficiency and its confidence (see the module's docstring).
+    def stats(self, since: int | None = None) -> EfficiencyStats:
+        """The paired efficiency and its confidence (see the module's docstring), over
+        the ticks after `since` (None: the whole window).
 
         Without reverse pairs (no carry-over, or none counted yet) it is
         sum(observed) / sum(baseline) over the pairs, as it always was.  With
         them, per workload level: sqrt(F / R) where a level has both kinds, F
         or 1 / R where it has one; the levels weighted by their defaults' sum.
         """
-        n, m = len(self._pairs), len(self._reverse)
-        episodes = _runs(t for t, _, _ in self._pairs) + _runs(t for t, _, _ in self._reverse)
+        pairs, reverse = self._pairs, self._reverse
+        defaults, straddled = len(self._defaults), len(self._straddled)
+        if since is not None:
+            pairs = [p for p in pairs if p[0] > since]
+            reverse = [p for p in reverse if p[0] > since]
+            defaults = sum(1 for t in self._defaults if t > since)
+            straddled = sum(1 for t in self._straddled if t > since)
+        n, m = len(pairs), len(reverse)
+        episodes = _runs(t for t, _, _ in pairs) + _runs(t for t, _, _ in reverse)
         if not m:
-            forward = self._paired(self._pairs)
+            forward = self._paired(pairs)
             if forward is None:
-                return EfficiencyStats(math.nan, math.nan, n, len(self._defaults),
-                                       self.baseline, m)
+                return EfficiencyStats(math.nan, math.nan, n, defaults, self.baseline, m)
             ratio, se = forward
         else:
             levels = []  # (ratio, se, mass, one-sided)
             profiles = []  # ln of sqrt(F * R): a two-sided level's own profile
-            for forward_pairs, reverse_pairs in self._levels():
+            for forward_pairs, reverse_pairs in self._levels(pairs, reverse):
                 forward, reverse = self._paired(forward_pairs), self._paired(reverse_pairs)
                 if forward is None and reverse is None:
                     continue
@@ -405,8 +430,7 @@ class EfficiencyWindow:
                     level_variance += ratio ** 2 * bias
                 variance += mass ** 2 * level_variance
             if total <= 0:
-                return EfficiencyStats(math.nan, math.nan, n, len(self._defaults),
-                                       self.baseline, m)
+                return EfficiencyStats(math.nan, math.nan, n, defaults, self.baseline, m)
             ratio, se = weighted / total, math.sqrt(variance) / total
             if n + m < 2:
                 se = math.nan
@@ -414,13 +438,13 @@ class EfficiencyWindow:
         if self.goal == "min":
             ratio = 1.0 / ratio
             confidence = -confidence
-        return EfficiencyStats(ratio, confidence, n, len(self._defaults), self.baseline, m,
-                               episodes, len(self._straddled))
+        return EfficiencyStats(ratio, confidence, n, defaults, self.baseline, m,
+                               episodes, straddled)
 
 
 def replay(rows: Iterable[dict], model: str, goal: str, size: int,
            unstable_ratio: float = 2.0, settle: Mapping[str, int] | None = None,
-           on_pair: Callable[[Pair], None] | None = None
+           on_pair: Callable[[Pair], None] | None = None, evidence: int | None = None
            ) -> list[tuple[int, EfficiencyStats]]:
     """The window's statistics after each tick of `model` that changed them, from
     dataset rows.
@@ -442,26 +466,45 @@ def replay(rows: Iterable[dict], model: str, goal: str, size: int,
     before the knob existed, or rows read without those columns) is settling: its
     knob value is unknown, and taking it for unchanged would count every tick (a
     benchmark read them so and counted 30-40 pairs where the daemon counted 5-15).
+
+    With `evidence` (`[modes] evidence_ticks`) it reads as the mode machine does
+    (`ModeMachine.evidence_since`): the rows' `mode` column starts the evidence again
+    at each switch, learning reads the last `size` ticks and collaboration and
+    recommendation everything since the switch, up to `evidence` ticks.  Without it,
+    one sliding window of `size` ticks.
     """
-    window = EfficiencyWindow(size, goal, unstable_ratio,
-                              pair_span(max((settle or {}).values(), default=0)))
+    window = EfficiencyWindow(size if evidence is None else max(size, evidence), goal,
+                              unstable_ratio, pair_span(max((settle or {}).values(), default=0)))
+    mode, last_tick = None, None
+
+    def stats(tick: int) -> EfficiencyStats:
+        if evidence is None:
+            return window.stats()
+        span = size if mode in ("learning", "emergency") else evidence
+        return window.stats(since=tick - span)
+
     settling = Settling(settle or {})
     known = {name for name, k in (settle or {}).items() if k > 0}
     out: list[tuple[int, EfficiencyStats]] = []
     for row in rows:
         if row.get("model") != model:
             continue
+        if evidence is not None and row.get("mode") != mode:
+            if mode is not None and last_tick is not None:
+                window.restart(last_tick)  # the switch happened after the last row
+            mode = row.get("mode")
+        last_tick = row["tick"]
         value = row.get("objective")
         value = math.nan if value is None else float(value)
         unsettled = settling(row) or not known.issubset(row)
         if row.get("controller") == "ml":
             if window.add_ml(row["tick"], value, settling=unsettled):
-                out.append((row["tick"], window.stats()))  # reverse pairs counted
+                out.append((row["tick"], stats(row["tick"])))  # reverse pairs counted
         else:
             resolved = window.add_default(row["tick"], value, settling=unsettled)
             if on_pair is not None:
                 for pair in resolved:
                     if pair.stable:
                         on_pair(pair)
-            out.append((row["tick"], window.stats()))
+            out.append((row["tick"], stats(row["tick"])))
     return out

@@ -279,7 +279,7 @@ def render(exchange: Exchange, loader: Loader | None = None,
                          unit=knobs[knob].unit)
         for proxy in runtime.models.values():
             labels = {"subsystem": sub, "model": proxy.name}
-            stats = proxy.window.stats()
+            stats = proxy.evidence()
             w.metric("mlfs_model_efficiency", "gauge",
                      "Rolling efficiency: each ML tick against the default ticks around it "
                      "(efficiency.py; 1 = as good as the default).",

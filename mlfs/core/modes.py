@@ -107,6 +107,19 @@ class ModeMachine:
         self.last_transition_tick = next_tick()
         self.ml_since_transition = 0
         self.calm_ticks = 0
+        #: called with the last tick of the old mode at every switch: the efficiency's
+        #: evidence starts again (the proxy's `EfficiencyWindow.restart`)
+        self.on_switch: Callable[[int], None] | None = None
+
+    def evidence_since(self) -> int:
+        """The tick after which the efficiency counts for a decision in this mode:
+        learning reads the last `window_ticks` (its trainer keeps changing the model),
+        collaboration and recommendation every tick since the switch into them
+        (`on_switch` starts the evidence there) up to `evidence_ticks`: a growing
+        sample, the one the confidence sequence is valid for however often it is read."""
+        span = (self.config.window_ticks if self.mode in ("learning", "emergency")
+                else self.config.evidence_ticks)
+        return self._next_tick() - 1 - span
 
     @property
     def switching(self) -> str:
@@ -121,6 +134,8 @@ class ModeMachine:
         self.last_transition_tick = self._next_tick()
         self.ml_since_transition = 0
         self.calm_ticks = 0
+        if self.on_switch is not None:
+            self.on_switch(self.last_transition_tick - 1)
         self.history.append((rfc3339(), new, why))
         log.info("%s/%s: mode %s -> %s (%s)", self._subsystem, self._model, old, new, why)
         self._bus.publish(self._subsystem, "mode", model=self._model, why=why,
@@ -161,7 +176,7 @@ class ModeMachine:
             self.switch(self.pinned or "learning", f"trainer is back ({what})")
 
     def update(self, critical: str | None, silent_seconds: float,
-               stats: Callable[[], EfficiencyStats], clear_window: Callable[[], None]) -> None:
+               stats: Callable[[], EfficiencyStats]) -> None:
         """One tick's decision, in order of precedence: the operator, the critical
         state, the model's own pin, a cool-down, trainer silence, the efficiency."""
         config = self.config
@@ -183,7 +198,6 @@ class ModeMachine:
             if self.cause == "collapse":
                 self.calm_ticks += 1
                 if self.calm_ticks >= config.emergency_cooldown_ticks:
-                    clear_window()
                     self.switch("learning", "cool-down after efficiency collapse")
             return
         if silent_seconds > config.silence_seconds:

@@ -27,7 +27,7 @@ from .clock import rfc3339
 from .context import ModelOwner
 from .decision import Decision, Recommendation
 from .durable import set_aside
-from .efficiency import EfficiencyWindow
+from .efficiency import EfficiencyStats, EfficiencyWindow
 from .episodes import Hold, Interleaving, episode_ticks, pair_span
 from .errors import Refused, busy, error_line, invalid
 from .installed_policy import InstalledPolicy
@@ -75,8 +75,10 @@ class ModelProxy:
                                  lambda: runtime.next_tick)
         self.controlled: list[str] = list(runtime.subsystem.knobs)
         self.errors: collections.deque[str] = collections.deque(maxlen=ERRORS_KEPT)
-        self.window = EfficiencyWindow(self.config.window_ticks, runtime.subsystem.objective.goal,
+        self.window = EfficiencyWindow(max(self.config.window_ticks, self.config.evidence_ticks),
+                                      runtime.subsystem.objective.goal,
                                       self.config.unstable_baseline_ratio)
+        self.modes.on_switch = self.window.restart
         self.current: Recommendation | None = None
         #: the policy it runs (`policy`), kept in policy.txt
         self.installed = InstalledPolicy(
@@ -190,8 +192,13 @@ class ModelProxy:
         return {"recommendations": MappingProxyType(self.journal.portions),
                 "feedback": MappingProxyType(self.feedback.portions)}
 
+    def evidence(self) -> EfficiencyStats:
+        """The efficiency the mode machine decides on, and that `efficiency`, `status`
+        and the metrics show: over `ModeMachine.evidence_since`."""
+        return self.window.stats(since=self.modes.evidence_since())
+
     def efficiency_text(self) -> str:
-        value = self.window.stats().efficiency
+        value = self.evidence().efficiency
         return "nan\n" if math.isnan(value) else f"{value:.3f}\n"
 
     def errors_text(self) -> str:
@@ -496,5 +503,4 @@ class ModelProxy:
             self.feedback.append(row)
 
     def update_mode(self, critical: str | None) -> None:
-        self.modes.update(critical, self.clock() - self.last_trainer_input, self.window.stats,
-                          self.window.clear)
+        self.modes.update(critical, self.clock() - self.last_trainer_input, self.evidence)

@@ -23,6 +23,7 @@ from ..core.efficiency import replay
 
 WINDOW_TICKS = ModeConfig.window_ticks  # [modes] of the default configuration
 UNSTABLE_RATIO = ModeConfig.unstable_baseline_ratio
+EVIDENCE_TICKS = ModeConfig.evidence_ticks
 CONTEXT_ROWS = 500  # rows shown before the model's first row
 
 
@@ -104,7 +105,7 @@ def window_efficiency(rows: list[dict], model: str | None, goal: str,
     settle = {knob_column(name): int(spec.get("settle_ticks", 0))
               for name, spec in (knobs or {}).items()}
     return [(tick, stats.efficiency) for tick, stats in
-            replay(rows, model, goal, window, unstable_ratio, settle)
+            replay(rows, model, goal, window, unstable_ratio, settle, evidence=EVIDENCE_TICKS)
             if math.isfinite(stats.efficiency)]
 
 

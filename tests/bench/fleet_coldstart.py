@@ -56,10 +56,12 @@ def virtual(store: Path, seeds: list[int], ticks: int) -> dict:
     proxy and learner, no mount, no wall clock): the fleet policy the real run
     published, adopted from tick 0, against learning alone.  Immune to the CPU
     contention that delays a real trainer in ticks."""
+    from mlfs.fleet.demo import demo_key
     from mlfs.fleet.pull import fetch
     from tests.bench.learning import run_seed
 
-    policy = fetch(str(store), "sim.readahead")
+    # the key the demo's fleet round signed with (mlfs.fleet.demo.demo_key)
+    policy = fetch(str(store), "sim.readahead", trusted_keys=[f"{demo_key(store)}.pub"])
     results = []
     for seed in seeds:
         for arm, initial in (("fleet", policy.text), ("alone", None)):

@@ -55,6 +55,7 @@ from mlfs.core.exchange import Exchange
 from mlfs.fleet.layout import Source, info_path
 from mlfs.fleet.pull import fetch
 from mlfs.fleet.push import with_host_columns
+from mlfs.fleet.signing import keygen
 from mlfs.fleet.store import Store
 from mlfs.fleet.train import train
 from tests.bench.learning import run_seed
@@ -159,29 +160,39 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--folds", type=int, default=3,
                         help="hosts held out for the trainer's own validation (0: none)")
     parser.add_argument("--store", type=Path, help="reuse a store with a published policy")
+    parser.add_argument("--trusted-key", type=Path,
+                        help="with --store: the public key its policy was signed with")
+    parser.add_argument("--keep-store", type=Path,
+                        help="train into this new directory and keep it (and bench.key "
+                             "beside it) for --store and --trusted-key")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     if set(args.train_seeds) & set(args.seeds):
         parser.error("held-out seeds must not be training seeds")
+    if args.store is not None and args.trusted_key is None:
+        parser.error("--store needs --trusted-key (the key its policy was signed with)")
     shown = sys.argv[1:] if argv is None else argv
     out: dict = {"command": " ".join(["python -m tests.bench.fleet_quality", *shown]),
                  "load_average_at_start": os.getloadavg()}
     root = Path(tempfile.mkdtemp(prefix="mlfs-quality-", dir="/tmp"))
     try:
-        store = args.store
+        store, trusted = args.store, args.trusted_key
         if store is None:
-            store = root / "store"
+            store = args.keep_store or root / "store"
             out["training_hosts"] = fill_store(str(store), args.train_seeds, args.train_ticks,
                                                args.portion_rows)
             started = time.monotonic()
-            card = train(str(store), SUBSYSTEM, folds=args.folds)
+            key = Path(store).parent / "bench.key"  # the bench signs its own round and
+            # trusts only it
+            trusted = keygen(key)
+            card = train(str(store), SUBSYSTEM, folds=args.folds, key=key)
             out["fleet_train"] = {
                 "seconds": round(time.monotonic() - started, 1),
                 "load_average_after": os.getloadavg(), "rows": card["rows"],
                 "hosts": card["hosts"], "validation_mae": card["validation"]["mae"],
                 "scheduler": card["scheduler"], "version": card["version"]}
             print(json.dumps(out["fleet_train"]), flush=True)
-        policy = fetch(str(store), SUBSYSTEM)
+        policy = fetch(str(store), SUBSYSTEM, trusted_keys=[trusted])
         out["policy_version"] = policy.version
         out["results"] = []
         for seed in args.seeds:

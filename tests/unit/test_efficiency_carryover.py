@@ -354,8 +354,9 @@ def test_the_report_replay_leaves_out_the_same_ticks_as_the_daemon(tmp_path):
         rt.dataset.seal_now()
         rows = rt.dataset.read_all().to_pylist()
         settle = {"knob_x": 3}
-        assert replay(rows, "m", "max", 400, 2.0, settle)[-1][1] == proxy.window.stats()
-        assert replay(rows, "m", "max", 400)[-1][1] != proxy.window.stats()
+        assert replay(rows, "m", "max", 400, 2.0, settle, evidence=2000)[-1][1] \
+            == proxy.evidence()
+        assert replay(rows, "m", "max", 400, evidence=2000)[-1][1] != proxy.evidence()
     finally:
         rt.close()
 

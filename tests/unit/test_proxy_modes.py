@@ -107,7 +107,7 @@ def test_no_transition_before_the_minimum_dwell():
     switched = None
     for tick[0] in range(1, 4 * MODES.min_dwell_ticks):
         machine.ml_since_transition += 1
-        machine.update(None, 0.0, lambda: loss, lambda: None)
+        machine.update(None, 0.0, lambda: loss)
         if machine.mode != "recommendation":
             switched = tick[0]
             break
@@ -164,7 +164,8 @@ def test_the_window_starts_afresh_after_a_collapse_cool_down(world):
     sub.gain = 0.1
     proxy = started(rt)
     until(rt, proxy, "emergency", 1000)
-    assert proxy.window.stats().efficiency < MODES.collapse_below
+    assert proxy.emergency_cause == "collapse"
+    assert proxy.window.stats().ml_ticks == 0, "every switch starts the evidence again"
     until(rt, proxy, "learning", MODES.emergency_cooldown_ticks)
     assert proxy.window.stats().ml_ticks == 0, "the collapse's pairs are forgotten"
     sub.gain = 1.2  # the trainer fixed its model: judged on new ticks only, no second collapse
@@ -214,3 +215,25 @@ def test_a_pinned_mode_holds_whatever_the_efficiency_but_not_a_critical_state(wo
     sub.critical = None
     changes = run(rt, proxy, MODES.emergency_cooldown_ticks + 5)
     assert [m for _, m in changes] == ["collaboration"], "back to the pin"
+
+
+def test_each_switch_starts_the_evidence_again_and_the_report_replays_it(world):
+    """Collaboration and recommendation decide on everything since the switch into
+    them (a growing sample: the confidence sequence stays valid however often it is
+    read); `efficiency.replay` with `evidence` reads the dataset the same way."""
+    from mlfs.core.efficiency import replay
+
+    rt, sub, _ = world
+    sub.gain = 1.2
+    proxy = started(rt)
+    changes = run(rt, proxy, 1500)
+    assert [mode for _, mode in changes] == ["collaboration", "recommendation"]
+    to_rec = changes[-1][0]
+    evidence = proxy.evidence()
+    assert 0 < evidence.ml_ticks <= rt.next_tick - to_rec, "only ticks since the switch"
+    last_window = proxy.window.stats(since=rt.next_tick - 1 - MODES.window_ticks)
+    assert evidence.ml_ticks > last_window.ml_ticks, "a growing sample, not a sliding one"
+    rt.dataset.seal_now()
+    rows = rt.dataset.read_all().to_pylist()
+    replayed = replay(rows, "m", "max", MODES.window_ticks, evidence=MODES.evidence_ticks)
+    assert replayed[-1][1] == evidence

@@ -2,7 +2,10 @@
 pinned in collaboration, the window read on every tick; how many runs ever cross
 the old fixed rule (|z| >= 2) and the new anytime-valid interval (clear of 1).
 
-    PYTHONPATH=. python docs/bench/learning-34/error_rates.py 100 3000 0.05
+    PYTHONPATH=. python docs/bench/learning-34/error_rates.py 100 3000 0.05 [WINDOW_TICKS]
+
+WINDOW_TICKS (default: the configuration's default) is `[modes] window_ticks`: the
+most ticks of evidence the test reads (beyond it the sample slides).
 """
 
 import sys
@@ -15,11 +18,13 @@ from mlfs.core.modes import efficiency_interval
 from tests.unit.test_proxy_modes import Scripted, VirtualClock
 
 
-def one_run(seed: int, ticks: int, noise: float) -> tuple[bool, bool, bool, bool]:
+def one_run(seed: int, ticks: int, noise: float, window: int | None = None
+            ) -> tuple[bool, bool, bool, bool]:
     with tempfile.TemporaryDirectory() as d:
         sub = Scripted(seed=seed)
         sub.gain, sub.noise = 1.0, noise
-        config = parse_config("[modes]\nsilence_seconds = 1e9\n", "test")
+        config = parse_config("[modes]\nsilence_seconds = 1e9\n"
+                              + (f"window_ticks = {window}\n" if window else ""), "test")
         rt = Exchange(config, Path(d), [sub], clock=VirtualClock()).runtimes["test.modes"]
         proxy = rt.create_model("m")
         proxy.start()
@@ -42,8 +47,11 @@ def one_run(seed: int, ticks: int, noise: float) -> tuple[bool, bool, bool, bool
 
 def main() -> None:
     runs, ticks, noise = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
-    totals = [sum(x) for x in zip(*(one_run(s, ticks, noise) for s in range(runs)), strict=True)]
-    print(f"{runs} runs x {ticks} ticks, gain 1.0, noise {noise}: fixed |z| >= 2 ever "
+    window = int(sys.argv[4]) if len(sys.argv) > 4 else None
+    totals = [sum(x) for x in zip(*(one_run(s, ticks, noise, window) for s in range(runs)),
+                                  strict=True)]
+    print(f"{runs} runs x {ticks} ticks, window {window or 'default'}, gain 1.0, "
+          f"noise {noise}: fixed |z| >= 2 ever "
           f"crossed: up {totals[0]}, down {totals[1]}; anytime-valid interval ever clear "
           f"of 1: above {totals[2]}, below {totals[3]}")
 
