@@ -57,7 +57,7 @@ _WAL_SUFFIX = ".arrows"
 _WAL_PREFIX = "wal."
 #: Parquet row groups of a record portion: as large as pyarrow's default, so a reader
 #: decodes few, large groups (a portion of 3 M rows is three)
-_ROW_GROUP_ROWS = 1 << 20
+RECORD_ROW_GROUP_ROWS = 1 << 20
 
 ARROW_TYPES: dict[str, pa.DataType] = {
     "int64": pa.int64(), "uint64": pa.uint64(), "int32": pa.int32(), "uint32": pa.uint32(),
@@ -232,7 +232,7 @@ class RecordStore(PortionStore):
         write_durably(self._counter_path(), f"{batch.number + 1}\n".encode())
         table = batch.columns["table"]
         final = self.directory / portion_name(batch.number)
-        st = write_portion_file(table, final, row_group_size=_ROW_GROUP_ROWS,
+        st = write_portion_file(table, final, row_group_size=RECORD_ROW_GROUP_ROWS,
                                 use_dictionary=list(self.fields),
                                 column_encoding=dict.fromkeys(RECORD_CORE_COLUMNS,
                                                               "DELTA_BINARY_PACKED"))
