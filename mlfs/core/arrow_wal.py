@@ -13,6 +13,8 @@ serialize and write against 0.10-0.16 s written this way (docs/bench/records-ing
 The file only ever holds whole messages: a flush that fails part-way cuts the file back
 to the end of the last whole batch, and the batches not written stay queued for the next
 flush, which opens the file again and leaves out the schema the file already starts with.
+When the cut fails too (`TornWal`), nothing more may go into that file (a batch written
+after a torn one could never be read back): the store starts a new one.
 """
 
 from __future__ import annotations
@@ -25,6 +27,11 @@ from collections import deque
 import pyarrow as pa
 
 _PREFIX = 8  # 0xFFFFFFFF and the int32 metadata length
+
+
+class TornWal(OSError):
+    """A flush failed part-way and the torn tail could not be cut off: the file holds its
+    whole batches, then the tear; append nothing more to it."""
 
 
 class _Sink:
@@ -89,9 +96,10 @@ def write_batches(fd: int, schema: pa.Schema, batches: deque[pa.RecordBatch]) ->
     """Append the queued batches to the write-ahead file open as `fd` (O_APPEND), each
     leaving the queue once it is written whole.
 
-    On an OSError the file is cut back to its last whole batch (best effort: a cut that
-    fails leaves a torn tail, which replay skips in the newest file and keeps a copy of in
-    an older one) and the error is raised; the unwritten batches stay queued.
+    On an OSError the file is cut back to its last whole batch and the error is raised;
+    the unwritten batches stay queued.  When the cut fails as well, TornWal (with the
+    write's errno): replay keeps the whole batches before the tear (and a copy of the file
+    in quarantine/ once a newer file exists).
     """
     start = os.fstat(fd).st_size
     sink = _Sink(fd, skip_schema=start > 0)
@@ -109,8 +117,10 @@ def write_batches(fd: int, schema: pa.Schema, batches: deque[pa.RecordBatch]) ->
         if whole != start + sink.written:
             try:
                 os.ftruncate(fd, whole)
-            except OSError:
-                pass
+            except OSError as cut:
+                code = getattr(sink.error or exc, "errno", None) or cut.errno or errno.EIO
+                raise TornWal(code, f"write-ahead file torn ({sink.error or exc}) and not "
+                              f"cut back ({cut})") from exc
         if sink.error is not None:
             raise sink.error from None
         if isinstance(exc, OSError):

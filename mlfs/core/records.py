@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 
 from mlfs.abi import EXTRA_RECORDS_LOST, RECORD_CORE_COLUMNS, RECORD_TYPES
 
-from .arrow_wal import read_batches, write_batches
+from .arrow_wal import TornWal, read_batches, write_batches
 from .durable import set_aside, write_durably
 from .portion import (
     Batch,
@@ -134,6 +134,12 @@ class RecordStore(PortionStore):
     def _write_wal(self, fd: int) -> None:
         try:
             write_batches(fd, self.schema, self._wal_batches)
+        except TornWal:
+            # the torn file keeps its whole batches (and stays in _wal_paths until the
+            # seal); the next flush starts a new file
+            self._wal_seq += 1
+            self._wal_created = False
+            raise
         finally:
             self._wal_bytes = sum(batch.nbytes for batch in self._wal_batches)
 
