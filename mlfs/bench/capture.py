@@ -197,7 +197,14 @@ def bench_capture(session: Any, plan: Plan) -> Row:
         return Row("bio_capture", what, {}, None, None, target, None, skipped=why)
     progress(f"capture: {plan.capture_reps} × {plan.capture_ios:,} fio I/Os, off then on")
     work = session.scratch(None)
-    runs = capture_runs(work, plan.capture_ios, plan.capture_reps, session.mount)
+    try:
+        runs = capture_runs(work, plan.capture_ios, plan.capture_reps, session.mount)
+    except (OSError, subprocess.SubprocessError, RuntimeError, ValueError, KeyError) as exc:
+        # a loop device refused, fio or the mount failed: the row says so, the rest of
+        # the bench goes on (the session still ends every mount it started)
+        reason = " ".join(f"the capture run failed: {exc}".split())[:300]
+        progress(f"capture: {reason}")
+        return Row("bio_capture", what, {}, None, None, target, None, skipped=reason)
     on = [r for r in runs if r["capture"]]
     figures = summary(runs)
     met = figures["every_request_recorded"] and figures["cpu_share_max"] < 1.0
