@@ -26,6 +26,14 @@ What is measured, and against what (the issue's table):
   now).
 - ingest: `SubsystemRuntime.tick()` + sealing in-process, against pyarrow
   writing the same rows to files in the same batches.
+- record ingest: a batch record source's batches (sim.disks) through a record
+  store into a sealed portion, against pyarrow alone writing the same batches with the
+  same row groups and compression (issue 31's definition).
+- per-request capture: linux.bio under fio (random 4 KiB direct reads, queue depth 32)
+  on a loop device: records against the requests the device completed and fio's
+  total_ios, records lost, fio's IOPS with the capture on against off (interleaved), the
+  daemon's CPU per 100k requests/s; root, fio and the BPF toolchain, or the row says
+  which is missing.
 - footprint: daemon CPU and RSS from /proc/<pid> with three subsystems at one
   tick per second.
 - concurrency: 32 dataset readers, 8 event readers and 1 recommendation writer
@@ -37,7 +45,7 @@ directory is removed, also on Ctrl-C.
 The package, by concern: `plan` (what is measured how often), `stats`
 (percentiles, the row), `harness` (progress, mounts, the session), `data`
 (the big portion), one module per group of benchmarks (`reads`, `latency`,
-`ingest`, `footprint`, `concurrency`), `report` (the table) and `run` (the
+`ingest`, `records`, `capture`, `footprint`, `concurrency`), `report` (the table) and `run` (the
 whole run).  The command line is mlfs.cli.bench.
 """
 

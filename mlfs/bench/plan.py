@@ -36,6 +36,11 @@ class Plan:
     footprint_warmup: float
     footprint_windows: int
     footprint_window_seconds: float
+    records_rows: int
+    records_batch: int
+    records_reps: int
+    capture_ios: int
+    capture_reps: int
 
 
 #: the footprint mount seals every `footprint_seal_seconds` (the full run: the default
@@ -46,9 +51,11 @@ FULL = Plan(quick=False, file_mib=256, cold_reps=5, warm_per_mount=2, query_reps
             control_rounds=5, control_writes=1000, event_rounds=5, event_writes=200,
             concurrency_seconds=30.0, ingest_reps=5, ingest_ticks=20_000,
             footprint_seal_seconds=10.0, footprint_warmup=12.0, footprint_windows=6,
-            footprint_window_seconds=10.0)
+            footprint_window_seconds=10.0, records_rows=3_000_000, records_batch=50_000,
+            records_reps=5, capture_ios=200_000, capture_reps=3)
 QUICK = Plan(quick=True, file_mib=64, cold_reps=3, warm_per_mount=2, query_reps=3,
              control_rounds=3, control_writes=200, event_rounds=3, event_writes=50,
              concurrency_seconds=5.0, ingest_reps=3, ingest_ticks=4_000,
              footprint_seal_seconds=4.0, footprint_warmup=5.0, footprint_windows=3,
-            footprint_window_seconds=2.0)
+             footprint_window_seconds=2.0, records_rows=300_000, records_batch=50_000,
+             records_reps=3, capture_ios=30_000, capture_reps=1)

@@ -12,6 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from .capture import bench_capture
 from .concurrency import bench_concurrency
 from .data import write_portion
 from .footprint import bench_footprint
@@ -20,6 +21,7 @@ from .ingest import bench_ingest
 from .latency import bench_control, bench_events
 from .plan import BIG, FULL, PORTION, QUICK, MiB, Plan
 from .reads import bench_query, bench_reads, duckdb_query, polars_query
+from .records import bench_records
 from .report import host_info, markdown
 from .stats import Row
 
@@ -69,7 +71,9 @@ def run(plan: Plan, command: str) -> dict[str, Any]:
                 session, setup_model(diag.mountpoint), plan, "control_write_tmpfs_state",
                 "control write round trip, state dir on tmpfs (no disk fsync)", judged=False))
             diag.stop()
+        rows.append(bench_capture(session, plan))
         rows.append(bench_ingest(session.root, plan))
+        rows.append(bench_records(session.root, plan))
     finally:
         session.close()
     report["rows"] = [asdict(r) for r in rows]

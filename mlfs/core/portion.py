@@ -26,6 +26,8 @@ PORTION_SUFFIX = ".parquet"
 WAL_PREFIX = "wal."
 #: the next portion number, persisted: a number is never reused, even after `discard`
 COUNTER_FILE = "next_portion"
+#: every portion's Parquet compression (the record ingest bench's reference uses it too)
+PORTION_COMPRESSION = "zstd"
 
 
 def portion_name(number: int) -> str:
@@ -149,7 +151,7 @@ def write_portion_file(table: pa.Table, final: Path, **options) -> os.stat_resul
     """Write `table` as the Parquet file `final` so that it is complete before its name
     exists (a tmp file, fsync, rename, fsync the directory); its stat."""
     tmp = final.with_suffix(".tmp")
-    pq.write_table(table, tmp, compression="zstd", **options)
+    pq.write_table(table, tmp, compression=PORTION_COMPRESSION, **options)
     fd = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC)
     try:
         os.fsync(fd)

@@ -9,6 +9,13 @@ the declared schema in one call, the core adds `record_seq` and `tick` as whole 
 the write-ahead log takes the batch as one Arrow IPC message, and sealing concatenates
 the batches and writes them with `pyarrow.parquet.write_table`.
 
+What a batch costs on the way (3 M sim.disks rows in 50,000-row batches on this 2-core
+VM, docs/bench/records-ingest.md): the cast is the one copy pyarrow alone makes too; the
+write-ahead file gets the batch's own buffers (arrow_wal.py: serializing it and copying
+the bytes into a bytearray, as the tick store does with its short JSON lines, cost ten
+times the write itself); the two core columns are encoded as deltas, not dictionaries
+(`record_seq` never repeats: a dictionary would be built for nothing, then dropped).
+
 `RecordStore` is a `PortionStore` (same sealing, retention, faults, watch and fleet
 cursors) whose pending rows are Arrow tables and whose write-ahead files
 (`wal.N.arrows`) are Arrow IPC streams: a schema message, then one message per batch.
@@ -22,6 +29,7 @@ from __future__ import annotations
 import errno
 import logging
 import time
+from collections import deque
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +38,7 @@ import pyarrow.compute as pc
 
 from mlfs.abi import EXTRA_RECORDS_LOST, RECORD_CORE_COLUMNS, RECORD_TYPES
 
+from .arrow_wal import TornWal, read_batches, write_batches
 from .durable import set_aside, write_durably
 from .portion import (
     Batch,
@@ -46,6 +55,9 @@ log = logging.getLogger("mlfs.records")
 
 _WAL_SUFFIX = ".arrows"
 _WAL_PREFIX = "wal."
+#: Parquet row groups of a record portion: as large as pyarrow's default, so a reader
+#: decodes few, large groups (a portion of 3 M rows is three)
+RECORD_ROW_GROUP_ROWS = 1 << 20
 
 ARROW_TYPES: dict[str, pa.DataType] = {
     "int64": pa.int64(), "uint64": pa.uint64(), "int32": pa.int32(), "uint32": pa.uint32(),
@@ -107,11 +119,29 @@ class RecordStore(PortionStore):
                  watch: StoreWatch | None = None, kind: str = "records") -> None:
         self.fields = dict(fields)
         self._tables: list[pa.Table] = []
+        #: batches not yet in the write-ahead file, and their bytes
+        self._wal_batches: deque[pa.RecordBatch] = deque()
+        self._wal_bytes = 0
         super().__init__(directory, record_schema(fields), "record_seq", policy, watch, kind)
 
     # ---- write-ahead files ------------------------------------------------------
     def _wal_path(self) -> Path:
         return self.directory / f"{_WAL_PREFIX}{self._wal_seq}{_WAL_SUFFIX}"
+
+    def _wal_waiting(self) -> int:
+        return self._wal_bytes
+
+    def _write_wal(self, fd: int) -> None:
+        try:
+            write_batches(fd, self.schema, self._wal_batches)
+        except TornWal:
+            # the torn file keeps its whole batches (and stays in _wal_paths until the
+            # seal); the next flush starts a new file
+            self._wal_seq += 1
+            self._wal_created = False
+            raise
+        finally:
+            self._wal_bytes = sum(batch.nbytes for batch in self._wal_batches)
 
     def _replay(self) -> None:
         """Batches of write-ahead files not yet in a portion come back pending."""
@@ -121,7 +151,7 @@ class RecordStore(PortionStore):
         floor = self.last_key
         replayed = 0
         for index, wal in enumerate(wals):
-            batches, problem = _read_wal(wal.read_bytes())
+            batches, problem = read_batches(wal.read_bytes())
             if problem and index != len(wals) - 1:
                 # not the newest file: its writes all returned, so this is damage
                 kept = self.directory / "quarantine" / wal.name
@@ -143,7 +173,7 @@ class RecordStore(PortionStore):
                 if floor is not None:
                     table = table.filter(pc.greater(table.column("record_seq"), floor))
                 if table.num_rows:
-                    self._buffer_table(table)
+                    self._buffer_table(table, int(pc.max(table.column("record_seq")).as_py()))
                     floor = self.last_key
                     replayed += table.num_rows
             self._wal_paths.append(wal)
@@ -160,13 +190,13 @@ class RecordStore(PortionStore):
             self.watch.dirty.add(self)
 
     # ---- batches in ---------------------------------------------------------------
-    def _buffer_table(self, table: pa.Table) -> None:
+    def _buffer_table(self, table: pa.Table, last_seq: int) -> None:
         if self._pending == 0:
             self._oldest_pending = time.monotonic()
         self._tables.append(table)
         self._pending += table.num_rows
         self.rows_total += table.num_rows
-        self.last_key = int(pc.max(table.column("record_seq")).as_py())
+        self.last_key = last_seq
 
     def next_seq(self) -> int:
         """The record_seq the next batch starts at (one past the newest kept or pending)."""
@@ -188,11 +218,10 @@ class RecordStore(PortionStore):
         seq = pa.array(np.arange(first, first + rows, dtype=np.uint64))
         ticks = pa.array(np.full(rows, tick, dtype=np.int64))
         full = pa.Table.from_arrays([seq, ticks, *table.columns], schema=self.schema)
-        if not self._wal_created and not self._wal_buf:
-            self._wal_buf += self.schema.serialize().to_pybytes()
         for batch in full.to_batches():
-            self._wal_buf += batch.serialize().to_pybytes()
-        self._buffer_table(full)
+            self._wal_batches.append(batch)
+            self._wal_bytes += batch.nbytes
+        self._buffer_table(full, first + rows - 1)
         self.watch.dirty.add(self)
         return rows
 
@@ -209,7 +238,10 @@ class RecordStore(PortionStore):
         write_durably(self._counter_path(), f"{batch.number + 1}\n".encode())
         table = batch.columns["table"]
         final = self.directory / portion_name(batch.number)
-        st = write_portion_file(table, final, row_group_size=1 << 20)
+        st = write_portion_file(table, final, row_group_size=RECORD_ROW_GROUP_ROWS,
+                                use_dictionary=list(self.fields),
+                                column_encoding=dict.fromkeys(RECORD_CORE_COLUMNS,
+                                                              "DELTA_BINARY_PACKED"))
         for wal in batch.wal_paths:
             wal.unlink(missing_ok=True)
         return Portion(batch.number, final, st.st_size, table.num_rows, st.st_mtime_ns)
@@ -248,17 +280,3 @@ def keep_records(runtime, tick: int, sample) -> pa.Table | None:
 def _seq(path: Path) -> int | None:
     middle = path.name[len(_WAL_PREFIX):-len(_WAL_SUFFIX)]
     return int(middle) if middle.isdigit() else None
-
-
-def _read_wal(data: bytes) -> tuple[list[pa.RecordBatch], str]:
-    """The batches of one write-ahead file, and why it ended early ('' when it did not)."""
-    if not data:
-        return [], ""
-    batches: list[pa.RecordBatch] = []
-    try:
-        reader = pa.ipc.open_stream(data)
-        for batch in reader:
-            batches.append(batch)
-    except (pa.ArrowInvalid, OSError) as exc:
-        return batches, str(exc)[:200]
-    return batches, ""

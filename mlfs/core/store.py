@@ -271,7 +271,7 @@ class PortionStore:
         cut in the middle is completed by the next try, O_APPEND) and marks
         the store failing until a flush succeeds.
         """
-        if not self._wal_buf:
+        if not self._wal_waiting():
             return True
         path = self._wal_path()
         try:
@@ -282,9 +282,7 @@ class PortionStore:
                     self._wal_created = True
                     if self.policy.durable:
                         fsync_dir(self.directory)
-                while self._wal_buf:
-                    written = os.write(fd, self._wal_buf)
-                    del self._wal_buf[:written]
+                self._write_wal(fd)
             finally:
                 os.close(fd)
         except OSError as exc:
@@ -296,6 +294,17 @@ class PortionStore:
             self._flush_error = None
             self._update_failing("write-ahead file writable again")
         return True
+
+    def _wal_waiting(self) -> int:
+        """Bytes queued for the write-ahead file."""
+        return len(self._wal_buf)
+
+    def _write_wal(self, fd: int) -> None:
+        """Write the queued bytes to `fd` (O_APPEND); what was written leaves the queue,
+        also when a later write raises."""
+        while self._wal_buf:
+            written = os.write(fd, self._wal_buf)
+            del self._wal_buf[:written]
 
     def sync(self, path: Path) -> None:
         """fdatasync a WAL file (worker thread; a writer waits for it).
@@ -318,7 +327,7 @@ class PortionStore:
 
     def settle(self) -> None:
         """Leave the seal loop's dirty set when nothing is left to do."""
-        if not (self._wal_buf or self._pending or self._failed or self.sealing
+        if not (self._wal_waiting() or self._pending or self._failed or self.sealing
                 or self.error or self._wal_paths):
             self.watch.dirty.discard(self)
 
@@ -485,7 +494,7 @@ class PortionStore:
         """Write what is queued (best effort: a failing disk keeps what it refuses)."""
         if not self.flush_wal():
             log.error("%s: %d bytes of write-ahead lines could not be written at close (%s)",
-                      self.directory, len(self._wal_buf), self.error)
+                      self.directory, self._wal_waiting(), self.error)
         self.closed = True
         self.watch.dirty.discard(self)
         self.watch.failing.pop(self, None)

@@ -24,7 +24,11 @@ from tests.harness import REPO, fuse_unavailable
 ROWS = (
     "read_first", "read_repeat", "query_polars", "query_duckdb", "control_write",
     "event_wakeup", "concurrency", "footprint_cpu", "footprint_rss", "ingest",
+    "records_ingest", "bio_capture",
 )
+#: rows that may be skipped, each with its reason: an optional query engine, and the
+#: capture where root, fio or the BPF toolchain is missing
+MAY_SKIP = ("query_polars", "query_duckdb", "bio_capture")
 SUMMARY_KEYS = ("median", "min", "max", "q1", "q3")
 
 
@@ -61,8 +65,8 @@ def test_every_row_is_present_with_finite_figures_and_positive_ratios(report):
     assert set(ROWS) <= set(rows), f"missing rows: {set(ROWS) - set(rows)}"
     for key, row in rows.items():
         assert row["what"] and row["target"], key
-        if row["skipped"]:  # only an optional query engine may be missing
-            assert key.startswith("query_"), f"{key} skipped: {row['skipped']}"
+        if row["skipped"]:
+            assert key in MAY_SKIP, f"{key} skipped: {row['skipped']}"
             continue
         assert row["measured"], key
         for name, summary in row["measured"].items():
@@ -79,7 +83,7 @@ def test_every_row_is_present_with_finite_figures_and_positive_ratios(report):
 def test_rows_with_a_reference_have_a_ratio_and_targets_are_judged(report):
     data, _ = report
     rows = {row["key"]: row for row in data["rows"]}
-    for key in ("read_first", "read_repeat", "control_write", "ingest"):
+    for key in ("read_first", "read_repeat", "control_write", "ingest", "records_ingest"):
         assert rows[key]["reference"] and rows[key]["ratio"], key
     for key in ROWS:
         if not rows[key]["skipped"]:
@@ -111,3 +115,24 @@ def test_the_bench_leaves_no_mount_and_no_temporary_directory(report):
     workdir = data["workdir"]
     assert not os.path.exists(workdir), f"{workdir} was not removed"
     assert workdir not in _mounts(), f"a mount under {workdir} is still there"
+
+
+def test_the_capture_row_runs_or_says_why_not(report):
+    data, _ = report
+    from mlfs.bench.capture import unavailable
+
+    row = next(r for r in data["rows"] if r["key"] == "bio_capture")
+    why = unavailable()
+    if why:
+        assert row["skipped"] == why
+        return
+    assert not row["skipped"], "the capture can run here, so it must have"
+    runs = row["extra"]["runs"]
+    assert [r["capture"] for r in runs] == [False, True] * (len(runs) // 2), "interleaved"
+    for run in (r for r in runs if r["capture"]):
+        assert run["total_ios"] > 0 and run["requests"] > 0
+        assert run["records"] > 0.9 * run["requests"], run
+    assert row["measured"].keys() >= {"records", "device requests", "fio total_ios", "lost",
+                                      "cores per 100k ev/s"}
+    assert row["reference"].keys() == {"IOPS off"}
+

@@ -91,3 +91,92 @@ def test_a_full_store_refuses_a_batch_and_changes_nothing(tmp_path):
     with pytest.raises(StoreError):
         store.append_table(to_table(_batch(1), FIELDS), tick=2)
     assert store.pending == 100 and store.next_seq() == 100
+
+
+def test_batches_flushed_one_at_a_time_make_one_stream_that_replays_whole(tmp_path):
+    store = _store(tmp_path)
+    for tick in range(5):  # the seal loop flushes every 50 ms: one file, many flushes
+        store.append_table(to_table(_batch(100, 100 * tick), FIELDS), tick=tick)
+        assert store.flush_wal()
+    (wal,) = tmp_path.glob("wal.*.arrows")
+    reader = pa.ipc.open_stream(wal.read_bytes())
+    assert [b.num_rows for b in reader] == [100] * 5, "one schema message, then the batches"
+    again = _store(tmp_path)
+    assert again.pending == 500 and again.next_seq() == 500
+    portion = again.seal_now()
+    assert pq.read_table(portion.path).column("sector").to_pylist() == list(range(500))
+
+
+def test_a_flush_that_fails_midway_keeps_whole_batches_and_the_retry_completes_the_file(
+        tmp_path, monkeypatch):
+    import errno
+    import os
+
+    from mlfs.core import arrow_wal
+
+    store = _store(tmp_path)
+    store.append_table(to_table(_batch(100), FIELDS), tick=1)
+    assert store.flush_wal()
+    store.append_table(to_table(_batch(100, 100), FIELDS), tick=2)
+    store.append_table(to_table(_batch(100, 200), FIELDS), tick=3)
+    real_write, budget = os.write, [900]  # the disk fills in the middle of a batch
+
+    def filling(fd, data):
+        if budget[0] <= 0:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        count = real_write(fd, bytes(data)[:budget[0]])
+        budget[0] -= count
+        return count
+
+    monkeypatch.setattr(arrow_wal.os, "write", filling)
+    assert not store.flush_wal()
+    assert store.error == (errno.ENOSPC, "ENOSPC")
+    (wal,) = tmp_path.glob("wal.*.arrows")
+    assert [b.num_rows for b in pa.ipc.open_stream(wal.read_bytes())] == [100], \
+        "the torn batch is cut off: the file holds whole batches only"
+    monkeypatch.setattr(arrow_wal.os, "write", real_write)
+    assert store.flush_wal() and store.error is None
+    assert [b.num_rows for b in pa.ipc.open_stream(wal.read_bytes())] == [100] * 3
+    again = _store(tmp_path)  # a crash now loses nothing
+    assert again.pending == 300
+    assert pq.read_table(again.seal_now().path).column("record_seq").to_pylist() == \
+        list(range(300))
+
+
+def test_a_tear_that_cannot_be_cut_off_closes_that_file_and_nothing_is_lost(
+        tmp_path, monkeypatch):
+    import errno
+    import os
+
+    from mlfs.core import arrow_wal
+
+    store = _store(tmp_path)
+    store.append_table(to_table(_batch(100), FIELDS), tick=1)
+    assert store.flush_wal()
+    store.append_table(to_table(_batch(100, 100), FIELDS), tick=2)
+    real_write, budget = os.write, [500]
+
+    def failing(fd, data):  # an I/O error in the middle of the batch
+        if budget[0] <= 0:
+            raise OSError(errno.EIO, "Input/output error")
+        count = real_write(fd, bytes(data)[:budget[0]])
+        budget[0] -= count
+        return count
+
+    def no_cut(fd, length):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(arrow_wal.os, "write", failing)
+    monkeypatch.setattr(arrow_wal.os, "ftruncate", no_cut)
+    assert not store.flush_wal() and store.error == (errno.EIO, "EIO")
+    monkeypatch.undo()
+    store.append_table(to_table(_batch(100, 200), FIELDS), tick=3)
+    assert store.flush_wal()
+    torn, fresh = sorted(tmp_path.glob("wal.*.arrows"))
+    assert [b.num_rows for b in pa.ipc.open_stream(fresh.read_bytes())] == [100, 100], \
+        "the batches not written go to a new file, never after the tear"
+    again = _store(tmp_path)  # a crash now: the torn file's whole batch, then the new file
+    assert again.pending == 300
+    assert (tmp_path / "quarantine" / torn.name).exists(), "the torn file is kept aside"
+    assert sorted(pq.read_table(again.seal_now().path).column("sector").to_pylist()) == \
+        list(range(300))
