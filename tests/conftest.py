@@ -19,6 +19,25 @@ import pytest
 # from here; new code imports tests.harness.  Drop once every branch is merged.
 
 
+#: Test modules that share something of the machine's with each other: the kernel's
+#: settings and log (sysctls, /sys/block, /dev/kmsg, loop devices, BPF), systemd,
+#: podman, or a timing a busy CPU disturbs.  With pytest-xdist (README's test
+#: command runs two workers) they form one group, run one after another on one
+#: worker, while every other test runs beside them.
+SERIAL_MODULES = frozenset({
+    "test_actions", "test_attributes", "test_bench_smoke", "test_bio", "test_containers",
+    "test_fair_service", "test_failing_disk", "test_health", "test_kmsg",
+    "test_linux_backends", "test_linux_safety", "test_linux_sysfs", "test_loading",
+    "test_operators", "test_plugins", "test_state_dir",
+})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.stem in SERIAL_MODULES:
+            item.add_marker(pytest.mark.xdist_group("machine"))
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config):
     """Leave without C++ static teardown once pytest has said everything.
@@ -31,7 +50,7 @@ def pytest_unconfigure(config):
     import logging
 
     status = getattr(config, "_mlfs_exitstatus", None)
-    if status is None:
+    if status is None or hasattr(config, "workerinput"):  # an xdist worker ends as xdist says
         return
     logging.shutdown()
     sys.stdout.flush()

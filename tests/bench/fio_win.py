@@ -189,6 +189,65 @@ def win_settings(candidate: str) -> list[dict]:
             and all(lo <= s[k] <= hi for k, (lo, hi) in ranges.items() if k in s)]
 
 
+#: a setting mlfs held for at least this share of a phase's evaluation samples is
+#: "chosen": a static measurement must back any claim about it (issue 33 item 2)
+CHOSEN_SHARE = 0.1
+
+
+def measured_commit() -> str:
+    """The checkout's commit, with "+dirty" when it has uncommitted changes: which
+    code a run measured (issue 33: claims must name it)."""
+    import subprocess
+
+    repo = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain",
+                                "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return (head or "unknown") + ("+dirty" if dirty else "")
+
+
+def _value(text: str) -> int | str:
+    return int(text) if text.lstrip("-").isdigit() else text
+
+
+def chosen_settings(knobs: dict[str, dict[str, int]], grid: list[dict],
+                    default: dict[str, str]) -> list[dict]:
+    """The settings mlfs chose (held for `CHOSEN_SHARE` of some phase's samples, as
+    `KnobWatch` tallied them: {phase: {"k=v k=v": samples}}) that the sweep's grid
+    lacks, each as a sweep setting: the values that differ from `default`."""
+    measured = [{k: str(v) for k, v in {**default, **setting}.items()} for setting in grid]
+    missing: list[dict] = []
+    for tally in knobs.values():
+        total = sum(tally.values())
+        for text, samples in tally.items():
+            if not total or samples < CHOSEN_SHARE * total:
+                continue
+            held = dict(pair.split("=", 1) for pair in text.split())
+            if any(all(full.get(k) == v for k, v in held.items()) for full in measured):
+                continue
+            setting = {k: _value(v) for k, v in held.items() if default.get(k) != v}
+            if setting and setting not in missing:
+                missing.append(setting)
+    return missing
+
+
+def with_chosen(sweep: dict, chosen: dict, phases: tuple[str, ...]) -> dict:
+    """The sweep's analysis over its grid and the chosen settings measured after it:
+    each setting's ratio to the default of its own sweep (measured beside it)."""
+    first, second = sweep["analysis"]["ratio"], chosen["analysis"]["ratio"]
+    ratio = {**first, **{s: r for s, r in second.items() if s != "default"}}
+    best = max(ratio, key=lambda s: ratio[s]["overall"])
+    per_phase = {p: max(ratio, key=lambda s, p=p: ratio[s][p]) for p in phases}
+    oracle = scoring.overall([ratio[per_phase[p]][p] for p in phases])
+    return {"ratio": ratio, "best_static": best, "best_per_phase": per_phase,
+            "oracle_overall": oracle}
+
+
 def subsystem_name(candidate: str, device: str) -> str:
     return f"linux.block.{device}" if candidate == "queue" else "linux.vm"
 
@@ -318,6 +377,7 @@ def one_run(args: argparse.Namespace, n: int, log: logging.Logger) -> dict:
     phases = args.phases or tuple(sweeps.CANDIDATES[args.candidate]["phases"])
     out: dict = {"candidate": args.candidate, "run": n, "phases": phases,
                  "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                 "commit": measured_commit(),
                  "args": {k: v for k, v in vars(args).items() if k != "json_dir"}}
     cap = DEVICE_CAP_MB_PER_S.get(args.candidate, 0)
     out["device_cap_mb_per_s"] = cap
@@ -350,6 +410,20 @@ def one_run(args: argparse.Namespace, n: int, log: logging.Logger) -> dict:
             default = {k: original[k] for k in WIN_KNOBS[args.candidate]}
             out.update(mlfs_part(args, device, mnt, phases, default, best, glue, watch,
                                  log, run=n))
+            # 4. every setting mlfs chose that the grid lacked, measured statically beside
+            # the default (issue 33 item 2: no claim about a setting nobody measured)
+            chosen = chosen_settings(out["conditions"]["mlfs"]["knobs"],
+                                     win_settings(args.candidate), default)
+            out["chosen_not_in_grid"] = chosen
+            if chosen:
+                sweep_args.settings = [{}] + chosen
+                values = sweep_in(sweep_args, device, mnt)
+                out["sweep_chosen"] = {"values": values, "analysis": sweeps.analyse(
+                    {"phases": phases, "values": values})}
+                out["sweep"]["with_chosen"] = with_chosen(out["sweep"], out["sweep_chosen"],
+                                                          phases)
+                print(f"run {n}: chosen settings the grid lacked, measured: "
+                      f"{out['sweep_chosen']['analysis']['ratio']}", flush=True)
         finally:
             watch.stop.set()
             glue.stop.set()
@@ -381,7 +455,7 @@ def restore(files: dict[str, Path], original: dict[str, str]) -> None:
 def sweep_in(args: argparse.Namespace, device: str, mnt: Path) -> dict:
     """tests.bench.sweep's rounds on this run's file system: {setting: {phase: [MiB/s]}}."""
     phases = args.phases
-    settings = win_settings(args.candidate)
+    settings = getattr(args, "settings", None) or win_settings(args.candidate)
     values = {sweeps.label(s): {p: [] for p in phases} for s in settings}
     with tempfile.TemporaryDirectory(prefix="mlfs-sweep-") as state:
         ctl = sweeps.controller_for(args.candidate, device, Path(state))

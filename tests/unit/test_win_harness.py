@@ -39,3 +39,32 @@ def test_overall_is_total_work_over_total_time_not_the_mean_of_rates() -> None:
     got = rates({"fast": [100 * MIB, 1.0], "slow": [1 * MIB, 9.0]})
     assert got["mib_per_s"] == {"fast": 100.0, "slow": 1 / 9, "overall": 101 / 10}
     assert got["seconds"] == 10.0
+
+
+def test_settings_mlfs_chose_that_the_grid_lacked_are_the_ones_measured_after_it():
+    """Issue 33 item 2: 8 % was chosen in tempfiles and no sweep had measured it."""
+    from tests.bench.fio_win import chosen_settings, win_settings
+
+    grid = win_settings("dirty")
+    default = {"dirty_background_ratio": "10"}
+    knobs = {"checkpoint": {"dirty_background_ratio=1": 90, "dirty_background_ratio=10": 10},
+             "tempfiles": {"dirty_background_ratio=8": 70, "dirty_background_ratio=10": 25,
+                           "dirty_background_ratio=3": 5}}
+    assert chosen_settings(knobs, grid, default) == [{"dirty_background_ratio": 8}], \
+        "1 % and the default are in the grid; 3 % was held for under a tenth of the phase"
+    assert chosen_settings({"checkpoint": {"dirty_background_ratio=10": 50}}, grid,
+                           default) == []
+
+
+def test_the_best_static_and_the_oracle_are_taken_over_the_grid_and_the_chosen_settings():
+    from tests.bench.fio_win import with_chosen
+
+    phases = ("a", "b")
+    sweep = {"analysis": {"ratio": {"default": {"a": 1.0, "b": 1.0, "overall": 1.0},
+                                    "x=1": {"a": 1.3, "b": 0.9, "overall": 1.06}}}}
+    chosen = {"analysis": {"ratio": {"default": {"a": 1.0, "b": 1.0, "overall": 1.0},
+                                     "x=8": {"a": 1.1, "b": 1.2, "overall": 1.15}}}}
+    merged = with_chosen(sweep, chosen, phases)
+    assert merged["best_static"] == "x=8"
+    assert merged["best_per_phase"] == {"a": "x=1", "b": "x=8"}
+    assert abs(merged["oracle_overall"] - 2 / (1 / 1.3 + 1 / 1.2)) < 1e-9
