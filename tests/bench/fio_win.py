@@ -71,6 +71,7 @@ from mlfs.backends.linux.files import parse_bracketed, read_text
 from tests.bench import scoring
 from tests.bench import sweep as sweeps
 from tests.bench.fio_phases import MIB, FioStream, run_phase
+from tests.bench.provenance import measured_commit
 from tests.bench.readahead_experiment import scratch_filesystem
 from tests.bench.win_harness import (
     CONDITIONS,
@@ -192,23 +193,6 @@ def win_settings(candidate: str) -> list[dict]:
 #: a setting mlfs held for at least this share of a phase's evaluation samples is
 #: "chosen": a static measurement must back any claim about it (issue 33 item 2)
 CHOSEN_SHARE = 0.1
-
-
-def measured_commit() -> str:
-    """The checkout's commit, with "+dirty" when it has uncommitted changes: which
-    code a run measured (issue 33: claims must name it)."""
-    import subprocess
-
-    repo = Path(__file__).resolve().parents[2]
-    try:
-        head = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain",
-                                "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
-    return (head or "unknown") + ("+dirty" if dirty else "")
 
 
 def _value(text: str) -> int | str:

@@ -27,6 +27,7 @@ from mlfs.trainers.schedule import TrainerSchedule
 
 from mlfs.config import load_config
 from mlfs.core.exchange import Exchange
+from tests.bench.provenance import measured_commit
 
 
 def run_seed(seed: int, ticks: int, fit_every: int = 200,
@@ -121,6 +122,7 @@ def run_seed(seed: int, ticks: int, fit_every: int = 200,
     last = np.arange(ticks // 2, ticks)
     second_half_modes = {m: modes[ticks // 2:].count(m) / len(last) for m in set(modes)}
     out = {
+        "commit": measured_commit(),
         "transitions": transitions,
         "second_half_modes": {m: round(v, 3) for m, v in sorted(second_half_modes.items())},
         "seed": seed, "ticks": ticks, "seconds": round(seconds, 2),

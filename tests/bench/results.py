@@ -171,17 +171,20 @@ def fio_rows(out: Outputs, folders: Sequence[str]) -> list[tuple[str, dict]]:
         runs.sort(key=lambda p: int(Path(p).stem.removeprefix("run")))
         for p in runs:
             data = out.json(p)
-            rows.append((run_name(p), {**fio_run_scores(data), "date": data.get("date")}))
+            rows.append((run_name(p), {**fio_run_scores(data), "date": data.get("date"),
+                                        "commit": data.get("commit")}))
     return rows
 
 
 def measured_when(scores: Sequence[dict]) -> str:
-    """The runs' dates (the outputs record no commit)."""
+    """The runs' dates and commits (outputs before issue 33 record no commit)."""
     days = sorted({s["date"].split()[0] for s in scores if s.get("date")})
+    commits = sorted({s["commit"] for s in scores if s.get("commit")})
+    at = f"at {', '.join(commits)}" if commits else "commit not recorded"
     if not days:
-        return "date and commit not recorded"
+        return f"date not recorded, {at}"
     span = days[0] if len(days) == 1 else f"{days[0]} – {days[-1]}"
-    return f"{span}, commit not recorded"
+    return f"{span}, {at}"
 
 
 def worst_phase(scores: Sequence[dict]) -> str:
@@ -250,7 +253,9 @@ def learning(out: Outputs) -> Row:
                vs_default=spread(vs_default, "{:.3f}"), vs_best=spread(vs_best, "{:.3f}"),
                oracle_share=percent(share),
                runs=f"{len(seeds)} seeds, virtual time; " + (
-                   f"at {Path(rel).stem}" if re.fullmatch(r"[0-9a-f]{7,40}", Path(rel).stem)
+                   f"at {seeds[0]['commit']}" if seeds[0].get("commit")
+                   else f"at {Path(rel).stem}" if re.fullmatch(r"[0-9a-f]{7,40}",
+                                                                Path(rel).stem)
                    else "commit not recorded"),
                command=f"`python -m tests.bench.learning --ticks {seeds[0]['ticks']} "
                        f"--seeds {ids[0]} … {ids[-1]}`")
