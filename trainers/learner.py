@@ -212,8 +212,11 @@ class KnobLearner:
         self.max_tick: int | None = None
         self.rows_since_fit = 0
         self.booster: lgb.Booster | None = None
-        #: the booster came from elsewhere (`adopt`): corrected, never refitted from scratch
+        #: the booster came from elsewhere (`adopt`): challenged, never refitted from scratch
+        #: until learning alone predicts this host better (`challenge`)
         self.adopted = False
+        #: the adopted booster as it came (the prior every `challenge` starts from)
+        self._prior: lgb.Booster | None = None
         self.stats: dict[str, Any] = {}
         self._mean = np.zeros(len(self.feature_columns))
         self._scale = np.ones(len(self.feature_columns))
@@ -513,32 +516,50 @@ class KnobLearner:
     def challenge(self) -> dict[str, Any]:
         """An adopted (fleet) policy against learning alone, on this host's own rows.
 
-        A prior is worth what it predicts here: both the adopted booster (with the
-        corrections it got on this host) and a booster trained on this host's older
-        80 % of rows predict the newest 20 % (time-ordered, as `fit` validates).  When
-        local learning predicts them better, the prior is dropped: `fit` on all rows
-        replaces it and the learner is no longer adopted, so a wrong prior cannot
-        hold a host (issue 34 item 3).  Nothing happens below 100 rows or when the
-        prior predicts at least as well."""
-        if not self.adopted or self.booster is None:
+        A prior is worth what it predicts here.  Three candidates are trained on this
+        host's older 80 % of rows and predict the newest 20 % (time-ordered, as `fit`
+        validates): the prior as it came, the prior fine-tuned on the host's rows
+        (`num_boost_round // 2` more trees fitted to its residuals: it keeps what the
+        fleet learnt where this host has no rows, such as settings it never tried,
+        and corrects it where it has), and a booster of this host's rows alone.
+        The best predictor wins: the prior is kept, or replaced by its fine-tuning on
+        all rows, or dropped -- `fit` on all rows, and the learner is no longer
+        adopted -- so a wrong prior cannot hold a host (issue 34 item 3).  Nothing
+        happens below 100 rows."""
+        if not self.adopted or self._prior is None:
             return {"dropped": False, "reason": "not adopted"}
         X, y, _ = self._training_set()
         n = len(y)
         if n < 100:
             return {"dropped": False, "reason": "too few rows", "rows": n}
         cut = n - n // 5
-        local = self._train(X[:cut], y[:cut], self._weights(X[:cut]), self.num_boost_round)
+        w = self._weights(X)
         threads = self.params["num_threads"]
-        local_rmse = float(np.sqrt(np.mean((y[cut:] - local.predict(X[cut:],
-                                                                    num_threads=threads))**2)))
-        prior_rmse = float(np.sqrt(np.mean((y[cut:] - self.booster.predict(
-            X[cut:], num_threads=threads))**2)))
-        out = {"rows": n, "prior_rmse": prior_rmse, "local_rmse": local_rmse,
-               "dropped": local_rmse < prior_rmse}
-        if out["dropped"]:
+        candidates = {
+            "prior": self._prior,
+            "tuned": self._tune(X[:cut], y[:cut], w[:cut]),
+            "local": self._train(X[:cut], y[:cut], w[:cut], self.num_boost_round),
+        }
+        rmse = {name: float(np.sqrt(np.mean((y[cut:] - booster.predict(
+            X[cut:], num_threads=threads)) ** 2))) for name, booster in candidates.items()}
+        best = min(rmse, key=lambda name: (rmse[name], name != "prior"))  # a tie: the prior
+        out: dict[str, Any] = {"rows": n, "chosen": best, "dropped": best == "local",
+                               **{f"{name}_rmse": value for name, value in rmse.items()}}
+        if best == "local":
             self.adopted = False
             out["fit"] = self.fit()
+        elif best == "tuned":
+            self.booster = self._tune(X, y, w)
+        else:
+            self.booster = self._prior
         return out
+
+    def _tune(self, X: np.ndarray, y: np.ndarray, w: np.ndarray) -> lgb.Booster:
+        """The prior with `num_boost_round // 2` more trees fitted to its residuals here."""
+        data = lgb.Dataset(X, label=self._label(y), weight=w, feature_name=self.columns,
+                           free_raw_data=True, params={"verbose": -1})
+        return lgb.train(self.params, data, num_boost_round=max(1, self.num_boost_round // 2),
+                         init_model=self._prior)
 
     @property
     def knob_aware(self) -> bool:
@@ -830,7 +851,7 @@ class KnobLearner:
         if booster.feature_name() != self.columns:
             raise ValueError(f"policy columns {booster.feature_name()} are not this model's "
                              f"{self.columns}")
-        self.booster = booster
+        self.booster = self._prior = booster
         self.adopted = True
 
     def policy_text(self) -> str:
