@@ -844,9 +844,10 @@ class KnobLearner:
     # ---- the policy -------------------------------------------------------
     def adopt(self, text: str) -> None:
         """Start from a booster trained elsewhere (a fleet policy, mlfs/fleet/pull.py):
-        recommendations and the uploaded policy use it, and feedback corrections
-        (`correct`) keep boosting it on this host's residuals until a local `fit`
-        replaces it.  ValueError unless its columns are exactly this learner's."""
+        recommendations and the uploaded policy use it; feedback corrections
+        (`correct`) boost it on this host's residuals between challenges, and each
+        `challenge` keeps it, fine-tunes it or drops it for learning alone.
+        ValueError unless its columns are exactly this learner's."""
         booster = lgb.Booster(model_str=text)
         if booster.feature_name() != self.columns:
             raise ValueError(f"policy columns {booster.feature_name()} are not this model's "

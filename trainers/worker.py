@@ -418,12 +418,14 @@ class _Worker:
         if learner.rows_since_fit < FIT_MIN_ROWS or now - self.t_fit < FIT_MIN_SECONDS:
             return
         self.t_fit = now
-        if learner.adopted:  # a fleet policy keeps boosting on local residuals (correct)
+        if learner.adopted:  # a fleet policy: kept, fine-tuned or dropped (challenge)
             if not self.stats["policies"]:
                 return  # the host starts from the fleet policy: it is uploaded first
-            challenge = learner.challenge()  # ... until learning alone predicts better
+            challenge = learner.challenge()
             self.log.debug("fleet policy challenged: %s", challenge)
             if not challenge.get("dropped"):
+                if challenge.get("chosen") in ("prior", "tuned"):
+                    self.policy_dirty = learner.knob_aware  # the booster was replaced
                 return
             stats = challenge["fit"]
         else:

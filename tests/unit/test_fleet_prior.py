@@ -63,3 +63,21 @@ def test_too_few_rows_never_drop_a_prior():
     host.add_dataset(make_dataset(60, seed=81, explore_share=0.25))
     result = host.challenge()
     assert not result["dropped"] and result["reason"] == "too few rows" and host.adopted
+
+
+def test_a_prior_keeps_what_it_knows_where_the_host_has_tried_nothing():
+    """The host ran only the default: its rows say nothing about other settings, so the
+    prior (as it came or fine-tuned on those rows) keeps deciding, and still finds
+    each phase's best setting, which learning alone could not."""
+    right = trained(make_dataset(8000, seed=90, explore_share=0.5))
+    host = KnobLearner(INFO)
+    host.adopt(right)
+    host.add_dataset(make_dataset(800, seed=91, explore_share=0.0))
+    result = host.challenge()
+    assert result["chosen"] in ("prior", "tuned") and host.adopted, result
+    rng = np.random.default_rng(5)
+    for phase, (_, best, _) in PHASES.items():
+        hits = sum(abs(np.log2(1 + host.recommend(phase_features(phase, rng))[0]
+                               ["read_ahead_kb"]) - np.log2(1 + best)) <= 1.01
+                   for _ in range(5))
+        assert hits >= 4, f"{phase}: the prior's best is kept"
