@@ -23,7 +23,8 @@ import pytest
 #: settings and log (sysctls, /sys/block, /dev/kmsg, loop devices, BPF), systemd,
 #: podman, or a timing a busy CPU disturbs.  With pytest-xdist (README's test
 #: command runs two workers) they form one group, run one after another on one
-#: worker, while every other test runs beside them.
+#: worker, while the other modules run beside them, each module whole on one
+#: worker (its module-scoped mount is made once, and its tests keep their order).
 SERIAL_MODULES = frozenset({
     "test_actions", "test_attributes", "test_bench_smoke", "test_bio", "test_containers",
     "test_fair_service", "test_failing_disk", "test_health", "test_kmsg",
@@ -34,8 +35,9 @@ SERIAL_MODULES = frozenset({
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if item.path.stem in SERIAL_MODULES:
-            item.add_marker(pytest.mark.xdist_group("machine"))
+        module = item.path.stem
+        group = "machine" if module in SERIAL_MODULES else f"{item.path.parent.name}.{module}"
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.hookimpl(trylast=True)
