@@ -313,17 +313,6 @@ class EfficiencyWindow:
         while self._defaults and self._defaults[0] <= oldest:
             self._defaults.popleft()
 
-    def clear(self) -> None:
-        self._pairs.clear()
-        self._straddled.clear()
-        self._reverse.clear()
-        self._defaults.clear()
-        self._pending = []
-        self._pending_defaults = []
-        self._last_default = None
-        self._last_default_tick = None
-        self._last_ml = None
-
     @staticmethod
     def _paired(pairs: Collection[tuple[int, float, float]]
                 ) -> tuple[float, float] | None:

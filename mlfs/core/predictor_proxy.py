@@ -176,15 +176,19 @@ class PredictorWindow:
                                               min_events)
         self.max_span = 0  # a knob window's attribute; nothing carries over here
 
-    def stats(self) -> EfficiencyStats:
+    def stats(self, since: int | None = None) -> EfficiencyStats:
+        """Over every outcome judged since the last `restart` (a growing sample, as
+        the knob window's in collaboration and recommendation; `since` is not used)."""
         ratio, z = self.efficiency.estimate()
         side = self.efficiency.model
         # each judged event is one independent sample of the two sides' costs
         return EfficiencyStats(ratio, z, side.events, side.negatives, math.nan,
                                episodes=side.events)
 
-    def clear(self) -> None:
-        self.books = {name: ShadowBook(t.horizon_ticks) for name, t in self.targets.items()}
+    def restart(self, tick: int) -> None:
+        """A mode switch: the efficiency counts the outcomes judged from now on.  The
+        books keep their open predictions, so every outcome is still judged and fed
+        back."""
         first = next(iter(self.targets.values()))
         self.efficiency = PredictorEfficiency(first.miss_cost, first.false_alarm_cost,
                                               self.efficiency.min_events)
@@ -203,6 +207,7 @@ class PredictorProxy(ModelProxy):
         subsystem = runtime.subsystem
         self.targets: dict[str, Target] = dict(subsystem.targets)
         self.window = PredictorWindow(self.targets)
+        self.modes.on_switch = self.window.restart
         self.predictions: dict[str, dict[object, tuple[float, int | None]]] = {
             t: {} for t in self.targets}
         self.raised: dict[tuple[str, object], int] = {}

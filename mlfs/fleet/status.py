@@ -17,7 +17,7 @@ import time
 import pyarrow.parquet as pq
 
 from .layout import POLICIES, STATUS, policy_version
-from .manifest import objects
+from .manifest import consistent, objects
 from .store import Store
 
 
@@ -44,7 +44,9 @@ def collect(url: str) -> dict:
             continue
         hosts[host] = record
     data: dict[str, dict[str, dict]] = {}
-    for path in objects(store, "*", "dataset"):
+    # the trust rule every reader of the store uses: objects a manifest names that are
+    # missing, unreadable or hold another host's rows are ignored (and logged)
+    for path in consistent(store, objects(store, "*", "dataset")):
         parts = path.split("/")
         subsystem = parts[-4].split("=", 1)[1]
         host = parts[-3].split("=", 1)[1]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 
@@ -104,12 +105,17 @@ def pull(m: Mount, store, text: str) -> str:
     return policy.read_text()
 
 
+def decided_efficiency(event: dict) -> float:
+    """The efficiency a `mode` event's switch was decided on (its `why`)."""
+    return float(re.search(r"efficiency (\d+\.\d+)", event["why"]).group(1))
+
+
 def test_a_bad_fleet_policy_is_demoted_on_one_host_while_another_keeps_it(
         mount_root, tmp_path):
     store = tmp_path / "store"
     a = Mount(mount_root, config=CONFIG.format(seed=5, phase="sequential"), name="a")
     b = Mount(mount_root, config=CONFIG.format(seed=6, phase="strided"), name="b")
-    events = None
+    events = events_b = None
     try:
         a.start()
         b.start()
@@ -120,6 +126,7 @@ def test_a_bad_fleet_policy_is_demoted_on_one_host_while_another_keeps_it(
                        key=demo_key(store))
         running = {m: pull(m, store, text) for m in (a, b)}
         events = EventStream(a.sub / "events")  # from here on: A's demotion is in it
+        events_b = EventStream(b.sub / "events")
         for m in (a, b):
             model = m.sub / "models" / "lgbm"
             (model / "mode").write_text("collaboration\n")
@@ -129,8 +136,14 @@ def test_a_bad_fleet_policy_is_demoted_on_one_host_while_another_keeps_it(
         wait_for(lambda: mode[a].read_text() == "learning\n"
                  and mode[b].read_text() == "recommendation\n",
                  timeout=120, what="A demoted to learning while B promoted")
-        eff = {m: float((m.sub / "models" / "lgbm" / "efficiency").read_text()) for m in (a, b)}
-        assert eff[a] < 0.97 < 1.05 < eff[b]
+        # the efficiency each switch was decided on, from its event (the files show the
+        # new mode's own evidence from the switch on, so they start again at nan)
+        demoted = events.wait_for(lambda e: e.get("event") == "mode" and e.get("to") ==
+                                  "learning" and e.get("model") == "lgbm", what="A's demotion")
+        promoted = events_b.wait_for(lambda e: e.get("event") == "mode" and e.get("to") ==
+                                     "recommendation", what="B's promotion")
+        assert "< 0.97" in demoted["why"]
+        assert decided_efficiency(demoted) < 0.97 < 1.05 < decided_efficiency(promoted)
         # the host changed its mode, not the policy; the fleet's copy is untouched
         for m in (a, b):
             assert (m.sub / "models" / "lgbm" / "policy").read_text() == running[m]
@@ -158,11 +171,9 @@ def test_a_bad_fleet_policy_is_demoted_on_one_host_while_another_keeps_it(
                 assert row["policy"] == f"fleet {card['version']}"
         summary = json.loads(done.stdout)["subsystems"]["sim.readahead"]
         assert summary["hosts"] == 2 and summary["modes"]["recommendation"] == 1
-        demoted = events.wait_for(lambda e: e.get("event") == "mode" and e.get("to") ==
-                                  "learning" and e.get("model") == "lgbm", what="A's demotion")
-        assert "efficiency" in demoted["why"] and "< 0.97" in demoted["why"]
     finally:
-        if events is not None:
-            events.close()
+        for stream in (events, events_b):
+            if stream is not None:
+                stream.close()
         a.kill(signal.SIGTERM)
         b.kill(signal.SIGTERM)

@@ -56,6 +56,11 @@ def test_damaged_manifests_and_rows_under_another_hosts_name_are_ignored(mount_r
     try:
         m.start()
         sealed(m)
+        # a second portion: the victim's manifest then names an object the copy under
+        # host=evil lacks, which `fleet status` once opened and died on (ENOENT)
+        assert sh(f"echo prepare_dataset > {m.sub}/control").returncode == 0
+        wait_for(lambda: len(list((m.sub / "dataset").glob("*.parquet"))) >= 2,
+                 what="a second portion")
         assert push(m, store).returncode == 0
     finally:
         m.kill(signal.SIGTERM)
