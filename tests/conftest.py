@@ -26,10 +26,11 @@ import pytest
 #: worker, while the other modules run beside them, each module whole on one
 #: worker (its module-scoped mount is made once, and its tests keep their order).
 SERIAL_MODULES = frozenset({
-    "test_actions", "test_attributes", "test_bench_smoke", "test_bio", "test_containers",
-    "test_fair_service", "test_failing_disk", "test_health", "test_kmsg",
-    "test_linux_backends", "test_linux_safety", "test_linux_sysfs", "test_loading",
-    "test_operators", "test_plugins", "test_state_dir",
+    "test_actions", "test_attributes", "test_bench_smoke", "test_bio", "test_blktrace",
+    "test_containers", "test_declared", "test_fair_service", "test_failing_disk",
+    "test_health", "test_kmsg", "test_learning_loop", "test_linux_backends",
+    "test_linux_safety", "test_linux_sysfs", "test_loading", "test_operators",
+    "test_plugins", "test_state_dir",
 })
 
 

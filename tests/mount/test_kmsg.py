@@ -8,6 +8,7 @@ import os
 import signal
 import stat
 import subprocess
+import time
 from pathlib import Path
 
 import pyarrow.dataset as ds
@@ -112,11 +113,22 @@ def test_a_loop_device_over_a_full_tmpfs_gives_io_error_rows_with_its_device(kms
         device = subprocess.run(["losetup", "--find", "--show", str(image)],
                                 capture_output=True, text=True, check=True).stdout.strip()
         name = os.path.basename(device)
-        subprocess.run(["dd", "if=/dev/zero", f"of={device}", "bs=1M", "count=16",
-                        "oflag=direct"], capture_output=True)
-        wait_for(lambda: any(r["kind"] == "io_error" and r["device"] == name
-                             for r in rows(kmsg_mount)), timeout=30,
-                 what=f"an io_error row for {name}")
+        def logged() -> bool:
+            return any(r["kind"] == "io_error" and r["device"] == name
+                       for r in rows(kmsg_mount))
+
+        # the kernel rate-limits these messages (10 per 5 s, per call site): right after
+        # another test's failing disk ours may be suppressed, so write again (after the
+        # 5 s interval) until one is logged
+        for _ in range(6):
+            subprocess.run(["dd", "if=/dev/zero", f"of={device}", "bs=1M", "count=16",
+                            "oflag=direct"], capture_output=True)
+            deadline = time.monotonic() + 6
+            while not logged() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if logged():
+                break
+        wait_for(logged, timeout=10, what=f"an io_error row for {name}")
         errors = [r for r in rows(kmsg_mount) if r["device"] == name]
         assert any("critical space allocation error, dev " + name in r["message"]
                    for r in errors)
