@@ -38,8 +38,9 @@ import numpy as np
 
 from mlfs.abi import window_features
 
-__all__ = ["EventLearner", "NEGATIVES_PER_POSITIVE", "calibration", "default_windows",
-           "fit_predictor", "label_rows", "negative_rate"]
+__all__ = ["EventLearner", "MIN_POSITIVES", "NEGATIVES_PER_POSITIVE", "calibrated",
+           "calibration", "classifier_params", "default_windows", "fit_predictor",
+           "label_rows", "negative_rate"]
 
 #: negatives kept per positive row (the rest are down-sampled; see the module docstring)
 NEGATIVES_PER_POSITIVE = 50
@@ -108,12 +109,9 @@ class EventLearner:
         if y.sum() == 0 or y.sum() == len(y):
             raise ValueError("need both positive and negative rows to learn a predictor")
         data = lgb.Dataset(x, label=y, feature_name=self.features, params={"verbose": -1})
-        params = {"objective": "binary", "verbose": -1, "num_leaves": self.num_leaves,
-                  "learning_rate": 0.05, "min_data_in_leaf": 20, "feature_fraction": 0.9,
-                  "bagging_fraction": 0.9, "bagging_freq": 1, "seed": self.seed,
-                  "num_threads": 1, "deterministic": True}
+        params = dict(classifier_params(self.num_leaves, self.seed), num_threads=1)
         booster = lgb.train(params, data, num_boost_round=self.rounds)
-        self._text = _shift_first_tree(booster.model_to_string(), math.log(self.negative_rate))
+        self._text = calibrated(booster.model_to_string(), self.negative_rate)
         self.booster = lgb.Booster(model_str=self._text)
         return self
 
@@ -182,6 +180,19 @@ def fit_predictor(columns: dict[str, np.ndarray], key: str, event: str, horizon:
 
 #: positive rows before a first fit
 MIN_POSITIVES = 20
+
+
+def classifier_params(num_leaves: int = 15, seed: int = 0) -> dict:
+    """LightGBM's parameters for a predictor (the fleet trainer fits with the same)."""
+    return {"objective": "binary", "verbose": -1, "num_leaves": num_leaves,
+            "learning_rate": 0.05, "min_data_in_leaf": 20, "feature_fraction": 0.9,
+            "bagging_fraction": 0.9, "bagging_freq": 1, "seed": seed, "deterministic": True}
+
+
+def calibrated(text: str, negative_rate: float) -> str:
+    """A binary model fitted on negatives down-sampled at `negative_rate`, with its log-odds
+    corrected in the first tree (ln r added to every leaf): true probabilities."""
+    return _shift_first_tree(text, math.log(negative_rate))
 
 
 def calibration(p: np.ndarray, label: np.ndarray, bins: int = 10) -> list[tuple[float, float, int]]:
