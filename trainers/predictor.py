@@ -138,9 +138,10 @@ def default_windows(columns: dict[str, np.ndarray], fields: list[str]) -> list[s
 
     A float field (a latency, a temperature) gets its mean over the last 7 and 30 rows:
     a level against the entity's own recent past.  An integer field that is zero on most
-    rows (an error count, a SMART raw value) gets its mean over 30 rows, how many of
-    the last 30 were above zero, and how long ago the first of the last 60 was: a
-    degradation's extent, persistence and age.  Booleans and other integers get none.
+    rows (an error count, a SMART raw value) gets its means over 7 and 30 rows (the
+    rate, and whether it accelerates), how many of the last 30 were above zero, and how
+    long ago the first of the last 60 was: a degradation's extent, persistence and age.
+    Booleans and other integers get none.
     """
     out: list[str] = []
     for name in fields:
@@ -150,7 +151,8 @@ def default_windows(columns: dict[str, np.ndarray], fields: list[str]) -> list[s
         if values.dtype.kind == "f":
             out += [f"{name}__mean7", f"{name}__mean30"]
         elif values.dtype.kind in "iu" and (values == 0).mean() > 0.5:
-            out += [f"{name}__mean30", f"{name}__pos30", f"{name}__first60"]
+            out += [f"{name}__mean7", f"{name}__mean30", f"{name}__pos30",
+                    f"{name}__first60"]
     return out
 
 

@@ -243,7 +243,7 @@ def train(url: str, subsystem: str, scheduler: str | None = None, *, folds: int 
     try:
         cluster, scratch = _cluster(scheduler, n_workers, dashboard, LocalCluster)
         with Client(scheduler or cluster, timeout=CONNECT_TIMEOUT) as client:
-            _announce(client, scheduler, dashboard, say)
+            _announce(client, scheduler, say)
             raw = dd.read_parquet(paths if store.local else
                                   [store.fs.unstrip_protocol(p) for p in paths],
                                   columns=wanted, filters=filters or None,
@@ -364,10 +364,12 @@ def _cluster(scheduler: str | None, n_workers: int, dashboard: str | None, local
     return cluster, scratch
 
 
-def _announce(client, scheduler: str | None, dashboard: str | None, say) -> None:
-    workers = len(client.scheduler_info()["workers"])
-    where = scheduler or f"a LocalCluster of {workers} workers"
-    link = client.dashboard_link if (dashboard or scheduler) else None
+def _announce(client, scheduler: str | None, say) -> None:
+    info = client.scheduler_info()
+    where = scheduler or f"a LocalCluster of {len(info['workers'])} workers"
+    # the link where a dashboard is served (a LocalCluster's with --dashboard, a named
+    # scheduler's own); Dask makes one up from its configuration otherwise
+    link = client.dashboard_link if "dashboard" in info.get("services", {}) else None
     say(f"cluster: {where}" + (f", dashboard {link}" if link else ""))
 
 
@@ -398,7 +400,7 @@ def _train_predictor(store: Store, subsystem: str, info: dict, scheduler: str | 
     try:
         cluster, scratch = _cluster(scheduler, n_workers, dashboard, LocalCluster)
         with Client(scheduler or cluster, timeout=CONNECT_TIMEOUT) as client:
-            _announce(client, scheduler, dashboard, say)
+            _announce(client, scheduler, say)
 
             def fit(frame, columns, params):
                 sizes = frame.map_partitions(len).compute()

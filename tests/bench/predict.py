@@ -128,13 +128,23 @@ def with_windows(columns, windows):
     return columns
 
 
-def recall_at(scores_p, rows, rate) -> dict:
-    """A model's pooled recall at exactly `rate` on the test rows (the curve read at it)."""
+def margin(model: EventLearner, columns) -> np.ndarray:
+    """The model's raw score (the log-odds): the probability's order without its ties at
+    1.0 (a sigmoid rounds every log-odds above 37 to 1.0, and the offline reference,
+    fitted on every row, gets there); thresholds are chosen on it."""
+    return model.booster.predict(model._matrix(columns), raw_score=True, num_threads=1)
+
+
+def recall_at(scores_p, rows, rate) -> tuple[list, list]:
+    """A model's recall at `rate` on the test rows, the curve read at it: the operating
+    points just at or below the rate and just above it (tree models give tied scores, so
+    the curve is a staircase and the rate itself may lie on a step)."""
     p = np.concatenate([s for s in scores_p])
     neg = np.concatenate([r["negative"] for r in rows])
-    threshold = threshold_at_false_alarm_rate(p, neg, rate)
-    return [evaluate(r["columns"], sp >= threshold) for sp, r in zip(scores_p, rows,
-                                                                      strict=True)]
+    below = threshold_at_false_alarm_rate(p, neg, rate)
+    above = float(np.max(p[neg][p[neg] < below])) if (p[neg] < below).any() else below
+    return ([evaluate(r["columns"], sp >= below) for sp, r in zip(scores_p, rows, strict=True)],
+            [evaluate(r["columns"], sp >= above) for sp, r in zip(scores_p, rows, strict=True)])
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -154,7 +164,7 @@ def main(argv: list[str] | None = None) -> dict:
     rule_rates = {name: evaluate(v, rule(v)).false_alarm_rate for name, rule in RULES.items()}
     thresholds: dict[str, dict[str, float]] = {}
     for model_name, model in models.items():
-        p_val = model.predict(v)
+        p_val = margin(model, v)
         thresholds[model_name] = {
             **{name: threshold_at_false_alarm_rate(p_val, v_neg, fa)
                for name, fa in rule_rates.items()},
@@ -179,7 +189,7 @@ def main(argv: list[str] | None = None) -> dict:
         for name, rule in RULES.items():
             row[name] = evaluate(t, rule(t))
         for model_name, model in models.items():
-            p = model.predict(t)
+            p = margin(model, t)
             probabilities[model_name].append(p)
             for point, threshold in thresholds[model_name].items():
                 label = (f"{model_name}_at_{point}_rate" if point in RULES
@@ -187,7 +197,7 @@ def main(argv: list[str] | None = None) -> dict:
                 row[label] = evaluate(t, p >= threshold)
             if model_name == "learned":
                 lab, use = label_rows(t["drive_id"], t["tick"], t["failed"], HORIZON)
-                cal_p.append(p[use])
+                cal_p.append(model.predict(t)[use])
                 cal_y.append(lab[use])
         for name, s in row.items():
             pooled.setdefault(name, []).append(s)
@@ -198,11 +208,14 @@ def main(argv: list[str] | None = None) -> dict:
     for name in RULES:
         rate = results["pooled"][name]["false_alarm_rate"]
         for model_name in models:
-            scores = recall_at(probabilities[model_name], rows, rate)
+            scores, over = recall_at(probabilities[model_name], rows, rate)
             curve[f"{model_name}_at_{name}_rate"] = {
                 "pooled": _figures_pooled(scores),
                 "seeds": {seed: _figures(s) for seed, s in zip(TEST_SEEDS, scores,
-                                                                strict=True)}}
+                                                                strict=True)},
+                "next_step_up": {"pooled": _figures_pooled(over),
+                                 "seeds": {seed: _figures(s) for seed, s in
+                                           zip(TEST_SEEDS, over, strict=True)}}}
     results["curve"] = curve
     results["calibration"] = calibration(np.concatenate(cal_p), np.concatenate(cal_y))
     results["seconds"] = round(time.monotonic() - started, 1)
@@ -253,8 +266,9 @@ def _print(results: dict) -> None:
     print("curve: each model read at the rule's pooled false-alarm rate on the test seeds")
     print(head)
     for name, c in results["curve"].items():
-        print(_line(name, c["pooled"]) + "   per seed: " + " ".join(
-            f"{s['recall']:.3f}/{s['false_alarms']}" for s in c["seeds"].values()))
+        for label, part in ((name, c), ("  next step up", c["next_step_up"])):
+            print(_line(label, part["pooled"]) + "   per seed: " + " ".join(
+                f"{s['recall']:.3f}/{s['false_alarms']}" for s in part["seeds"].values()))
     pooled, curve = results["pooled"], results["curve"]
     base = pooled["smart_threshold"]["recall"]
     for model in ("learned", "learned_without_windows", "offline"):

@@ -68,5 +68,5 @@ def test_the_trainer_adds_trends_of_counts_and_levels_of_measurements():
     columns = {"errors": np.array([0, 0, 0, 3]), "latency": np.array([1.0, 2, 3, 4]),
                "age": np.array([5, 6, 7, 8]), "flag": np.array([0, 1, 0, 0], bool)}
     names = default_windows(columns, list(columns))
-    assert names == ["errors__mean30", "errors__pos30", "errors__first60",
+    assert names == ["errors__mean7", "errors__mean30", "errors__pos30", "errors__first60",
                      "latency__mean7", "latency__mean30"]
