@@ -47,26 +47,6 @@ SAMPLE_ROWS = 20_000
 _PATH = re.compile(r"subsystem=(?P<sub>[^/]+)/host=(?P<host>[^/]+)/kind=records/")
 
 
-def _read(url: str, path: str, columns: list[str], since, until) -> pd.DataFrame:
-    """One portion's columns (a task: the progress line counts these)."""
-    import pyarrow.parquet as pq
-
-    store = Store(url)
-    with store.fs.open(path, "rb") as fh:
-        table = pq.read_table(fh, columns=columns)
-    frame = table.to_pandas()
-    if since is not None or until is not None:
-        ts = pd.to_datetime(frame["ts"], utc=True) if "ts" in frame else None
-        if ts is not None:
-            keep = np.ones(len(frame), bool)
-            if since is not None:
-                keep &= (ts >= since).to_numpy()
-            if until is not None:
-                keep &= (ts < until).to_numpy()
-            frame = frame[keep]
-    return frame.drop(columns=[c for c in ("ts",) if c in frame])
-
-
 def _labelled(parts: list[pd.DataFrame], target: dict) -> dict[str, Any]:
     """One host's rows with their labels: (columns, label, usable, counts, sample)."""
     frame = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
@@ -117,7 +97,7 @@ def train_predictor(client, store: Store, paths: list[str], info: dict, *, folds
                     rounds: int | None, fit: Callable, since, until,
                     progress: Callable[[str], None]) -> tuple[str, dict]:
     """The calibrated policy text and the card's fields (the caller publishes)."""
-    from distributed import as_completed
+    from .train import portion_futures
 
     target_name, target = next(iter(info["targets"].items()))
     key, event = target["key"], target["event"]
@@ -127,17 +107,12 @@ def train_predictor(client, store: Store, paths: list[str], info: dict, *, folds
     if since is not None or until is not None:
         wanted.append("ts")
     wanted = list(dict.fromkeys(wanted))
+    paths = [p for p in paths if _PATH.search(p)]
+    futures = portion_futures(client, store, paths, wanted, since, until, progress)
     groups: dict[tuple[str, str], list] = defaultdict(list)
-    futures = []
-    for path in paths:
+    for path, future in zip(paths, futures, strict=True):
         match = _PATH.search(path)
-        if match is None:
-            continue
-        future = client.submit(_read, store.url, path, wanted, since, until, pure=False)
         groups[(match["host"], match["sub"])].append(future)
-        futures.append(future)
-    for done, _ in enumerate(as_completed(futures), start=1):
-        progress(f"portions read {done}/{len(futures)}", done == len(futures))
     hosts = {group: client.submit(_labelled, parts, target, pure=False)
              for group, parts in groups.items()}
     counts = client.gather([client.submit(_counts, h, pure=False) for h in hosts.values()])

@@ -209,13 +209,12 @@ def train(url: str, subsystem: str, scheduler: str | None = None, *, folds: int 
           dashboard: str | None = None) -> dict:
     """Train and publish one fleet policy; returns its card.
 
-    `since` / `until` keep the rows with `since <= ts < until` (pushed down to
-    the Parquet reader as filters).  Any failure of the cluster is a TrainError
+    `since` / `until` keep the rows with `since <= ts < until` (applied as
+    each portion is read on a worker).  Any failure of the cluster is a TrainError
     with a one-line reason, raised before anything is published.  `progress` gets
     one line per stage; `dashboard` (HOST:PORT) is where a LocalCluster serves
     Dask's dashboard (a named scheduler serves its own)."""
     import dask
-    import dask.dataframe as dd
     from distributed import Client, LocalCluster
     from lightgbm.dask import DaskLGBMClassifier, DaskLGBMRegressor
 
@@ -238,23 +237,19 @@ def train(url: str, subsystem: str, scheduler: str | None = None, *, folds: int 
     paths = consistent(store, objects(store, subsystem, "dataset"))
     if not paths:
         raise TrainError(f"{url}: no dataset rows of {subsystem}")
-    filters = [("ts", op, utc(t)) for op, t in ((">=", since), ("<", until)) if t is not None]
+    since = None if since is None else utc(since)
+    until = None if until is None else utc(until)
     cluster = scratch = None
     try:
         cluster, scratch = _cluster(scheduler, n_workers, dashboard, LocalCluster)
         with Client(scheduler or cluster, timeout=CONNECT_TIMEOUT) as client:
-            _announce(client, scheduler, say)
-            raw = dd.read_parquet(paths if store.local else
-                                  [store.fs.unstrip_protocol(p) for p in paths],
-                                  columns=wanted, filters=filters or None,
-                                  storage_options=store.fs.storage_options or None)
+            _announce(client, scheduler, dashboard, say)
+            raw = read_portions(client, store, paths, wanted, since, until, say)
             meta = _aligned(raw._meta, info)
-            # the portions are read and aligned here, one task each, counted as they end
-            aligned = client.persist(raw.map_partitions(_aligned, info, meta=meta))
-            _count_portions(client, aligned, say)
+            rows = raw.map_partitions(_aligned, info, meta=meta)
             # one part per portion is many small parts; lightgbm.dask pays per part
-            rows = aligned.repartition(npartitions=max(1, min(aligned.npartitions,
-                                                              4 * n_workers)))
+            rows = rows.repartition(npartitions=max(1, min(rows.npartitions,
+                                                           4 * n_workers)))
             timings["read_align"] = time.perf_counter() - started
             # one graph: the portions are read once for rows, hosts and time range
             # (value_counts is a tree reduction; groupby().size() shuffled, 9 s)
@@ -364,22 +359,57 @@ def _cluster(scheduler: str | None, n_workers: int, dashboard: str | None, local
     return cluster, scratch
 
 
-def _announce(client, scheduler: str | None, say) -> None:
+def _announce(client, scheduler: str | None, dashboard: str | None, say) -> None:
     info = client.scheduler_info()
     where = scheduler or f"a LocalCluster of {len(info['workers'])} workers"
     # the link where a dashboard is served (a LocalCluster's with --dashboard, a named
-    # scheduler's own); Dask makes one up from its configuration otherwise
-    link = client.dashboard_link if "dashboard" in info.get("services", {}) else None
+    # scheduler's own); a LocalCluster without one still lists its HTTP server (metrics,
+    # no dashboard pages), and Dask makes a link up from its configuration regardless
+    served = "dashboard" in info.get("services", {})
+    link = client.dashboard_link if served and (dashboard or scheduler) else None
     say(f"cluster: {where}" + (f", dashboard {link}" if link else ""))
 
 
-def _count_portions(client, frame, say) -> None:
-    """Wait for a persisted frame's parts (one per portion), saying how many are done."""
-    from distributed import as_completed, futures_of
+def read_portion(url: str, path: str, columns: list[str], since, until) -> pd.DataFrame:
+    """One portion's `columns`, the rows with `since <= ts < until` (a task on a worker)."""
+    import pyarrow.parquet as pq
 
-    futures = futures_of(frame)
+    store = Store(url)
+    with store.fs.open(path, "rb") as fh:
+        frame = pq.read_table(fh, columns=columns).to_pandas()
+    if since is not None or until is not None:
+        ts = pd.to_datetime(frame["ts"], utc=True)
+        keep = np.ones(len(frame), bool)
+        if since is not None:
+            keep &= (ts >= since).to_numpy()
+        if until is not None:
+            keep &= (ts < until).to_numpy()
+        frame = frame[keep].reset_index(drop=True)
+    return frame
+
+
+def portion_futures(client, store: Store, paths: list[str], columns: list[str], since,
+                    until, say) -> list:
+    """Every portion read on the workers, one task each, counted as they end."""
+    from distributed import as_completed
+
+    futures = [client.submit(read_portion, store.url, path, columns, since, until,
+                             pure=False) for path in paths]
     for done, _ in enumerate(as_completed(futures), start=1):
         say(f"portions read {done}/{len(futures)}", done == len(futures))
+    return futures
+
+
+def read_portions(client, store: Store, paths: list[str], columns: list[str], since, until,
+                  say):
+    """The portions as one Dask DataFrame, a part per portion (the parts are the read
+    futures: a graph that re-read them through dd.read_parquet after a persisted one
+    shared its keys and lost them, "cancelled for reason: lost dependencies")."""
+    import dask.dataframe as dd
+
+    futures = portion_futures(client, store, paths, columns, since, until, say)
+    meta = futures[0].result().iloc[:0]
+    return dd.from_delayed(futures, meta=meta, verify_meta=False)
 
 
 def _train_predictor(store: Store, subsystem: str, info: dict, scheduler: str | None, *,
@@ -400,7 +430,7 @@ def _train_predictor(store: Store, subsystem: str, info: dict, scheduler: str | 
     try:
         cluster, scratch = _cluster(scheduler, n_workers, dashboard, LocalCluster)
         with Client(scheduler or cluster, timeout=CONNECT_TIMEOUT) as client:
-            _announce(client, scheduler, say)
+            _announce(client, scheduler, dashboard, say)
 
             def fit(frame, columns, params):
                 sizes = frame.map_partitions(len).compute()

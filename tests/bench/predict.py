@@ -6,7 +6,8 @@ Three predictors are trained on the drive-days of training seeds and judged on s
 never saw, with the one scoring rule (`mlfs.core.outcomes.score`):
 
 - **learned**: what `mlfs train` fits (`mlfs.trainers.predictor.fit_predictor`: its window
-  features, negatives down-sampled to 50 a positive, calibrated, 100 rounds);
+  features, negatives down-sampled to NEGATIVES_PER_POSITIVE a positive, calibrated,
+  100 rounds);
 - **learned without windows**: the same on the record fields alone (what it fitted
   before window features existed), to show what they bring;
 - **offline**: the upper reference, a LightGBM classifier trained offline on the same rows
