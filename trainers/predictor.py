@@ -43,12 +43,10 @@ __all__ = ["EventLearner", "MIN_POSITIVES", "NEGATIVES_PER_POSITIVE", "calibrate
            "label_rows", "negative_rate"]
 
 #: negatives kept per positive row (the rest are down-sampled; see the module docstring).
-#: 50 left too few of the rare negatives that look like positives (drives degrading more
-#: than a horizon before they fail) for the trees to split them off: on sim.disks the
-#: highest scores were one tied block, and at the SMART threshold's false-alarm rate the
-#: model caught 2 % of failures where the same model on every negative caught 40 %
-#: (docs/bench/predict-sim-disks.md)
-NEGATIVES_PER_POSITIVE = 200
+#: 200 was tried on sim.disks and ranked far worse at low false-alarm rates (recall 0.000
+#: at 1e-5 per drive-day where 50 gave 0.534, and the top decile over-predicted, 0.0110
+#: against 0.0073 observed: docs/bench/predict-sim-disks-negatives200.txt); not understood
+NEGATIVES_PER_POSITIVE = 50
 
 _NEVER = np.iinfo(np.int64).max
 _LEAF_VALUE = re.compile(r"^leaf_value=(.*)$", re.M)
