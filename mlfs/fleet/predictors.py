@@ -37,8 +37,6 @@ from mlfs.trainers.predictor import (
     negative_rate,
 )
 
-from .store import Store
-
 LABEL, HOST, WEIGHT = "__label", "host_id", "__weight"
 #: record field kinds a predictor reads (trainers/predictor_worker.py reads the same)
 NUMERIC = {"int64", "uint64", "int32", "uint32", "uint16", "uint8", "float64", "bool"}
@@ -93,22 +91,28 @@ def _sampled(host: dict, target: dict, fields: list[str], windows: list[str], ra
     return out
 
 
-def train_predictor(client, store: Store, paths: list[str], info: dict, *, folds: int,
-                    rounds: int | None, fit: Callable, since, until,
-                    progress: Callable[[str], None]) -> tuple[str, dict]:
-    """The calibrated policy text and the card's fields (the caller publishes)."""
-    from .train import portion_futures
+class TooFewEvents(Exception):
+    """Too few positive rows to learn from (str() says how many)."""
 
+
+def wanted_columns(info: dict, filtering: bool) -> list[str]:
+    """The record columns a predictor reads."""
+    _, target = next(iter(info["targets"].items()))
+    fields = [n for n, kind in info["records"].items()
+              if kind in NUMERIC and n not in (target["key"], target["event"])]
+    wanted = [target["key"], "tick", target["event"], HOST, *fields]
+    return list(dict.fromkeys(wanted + (["ts"] if filtering else [])))
+
+
+def train_predictor(client, paths: list[str], futures: list, info: dict, *, folds: int,
+                    rounds: int | None, fit: Callable,
+                    progress: Callable[[str], None]) -> tuple[str, dict]:
+    """The calibrated policy text and the card's fields (the caller publishes), from the
+    portions' read futures (one per path)."""
     target_name, target = next(iter(info["targets"].items()))
     key, event = target["key"], target["event"]
     fields = [n for n, kind in info["records"].items()
               if kind in NUMERIC and n not in (key, event)]
-    wanted = [key, "tick", event, HOST, *fields]
-    if since is not None or until is not None:
-        wanted.append("ts")
-    wanted = list(dict.fromkeys(wanted))
-    paths = [p for p in paths if _PATH.search(p)]
-    futures = portion_futures(client, store, paths, wanted, since, until, progress)
     groups: dict[tuple[str, str], list] = defaultdict(list)
     for path, future in zip(paths, futures, strict=True):
         match = _PATH.search(path)
@@ -125,9 +129,7 @@ def train_predictor(client, store: Store, paths: list[str], info: dict, *, folds
     progress(f"alignment: {positives + negatives} usable rows, {positives} positive, "
              f"{len(per_host)} hosts", True)
     if positives < MIN_POSITIVES:
-        from .train import TrainError
-
-        raise TrainError(f"{positives} positive rows ({target_name} within "
+        raise TooFewEvents(f"{positives} positive rows ({target_name} within "
                          f"{target['horizon_ticks']} ticks); need {MIN_POSITIVES}")
     sample = pd.concat([c[2] for c in counts], ignore_index=True)
     windows = default_windows({n: sample[n].to_numpy() for n in fields}, fields)

@@ -421,7 +421,7 @@ def _train_predictor(store: Store, subsystem: str, info: dict, scheduler: str | 
     from distributed import Client, LocalCluster
 
     from .predictors import LABEL as P_LABEL
-    from .predictors import train_predictor
+    from .predictors import TooFewEvents, train_predictor, wanted_columns
 
     paths = consistent(store, objects(store, subsystem, "records"))
     if not paths:
@@ -441,12 +441,18 @@ def _train_predictor(store: Store, subsystem: str, info: dict, scheduler: str | 
                         fit_timeout, "lightgbm.dask fit")
                 return model.to_local().booster_
 
-            text, card = train_predictor(
-                client, store, paths, info, folds=folds, rounds=num_boost_round, fit=fit,
-                since=None if since is None else utc(since),
-                until=None if until is None else utc(until), progress=say)
+            paths = [p for p in paths if "/kind=records/" in p]
+            futures = portion_futures(
+                client, store, paths, wanted_columns(info, since is not None or
+                                                     until is not None),
+                None if since is None else utc(since), None if until is None else utc(until),
+                say)
+            text, card = train_predictor(client, paths, futures, info, folds=folds,
+                                         rounds=num_boost_round, fit=fit, progress=say)
     except TrainError:
         raise
+    except TooFewEvents as exc:
+        raise TrainError(f"{subsystem}: {exc}; nothing published") from exc
     except Exception as exc:  # noqa: BLE001  (Dask and LightGBM raise many types)
         raise TrainError(f"training on {scheduler or 'a LocalCluster'} failed: "
                          f"{_one_line(exc)}; nothing published") from exc
