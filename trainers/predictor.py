@@ -38,7 +38,8 @@ import numpy as np
 
 from mlfs.abi import window_features
 
-__all__ = ["EventLearner", "MIN_POSITIVES", "NEGATIVES_PER_POSITIVE", "calibrated",
+__all__ = ["EventLearner", "MIN_POSITIVES", "NEGATIVES_PER_POSITIVE", "NUM_LEAVES", "ROUNDS",
+           "calibrated",
            "calibration", "classifier_params", "default_windows", "fit_predictor",
            "label_rows", "negative_rate"]
 
@@ -47,6 +48,11 @@ __all__ = ["EventLearner", "MIN_POSITIVES", "NEGATIVES_PER_POSITIVE", "calibrate
 #: at 1e-5 per drive-day where 50 gave 0.534, and the top decile over-predicted, 0.0110
 #: against 0.0073 observed: docs/bench/predict-sim-disks-negatives200.txt); not understood
 NEGATIVES_PER_POSITIVE = 50
+#: boosting rounds and leaves per tree of `mlfs train`'s predictor.  100 rounds of 15
+#: leaves left the highest scores one tied block on sim.disks (recall 0.021 at SMART's
+#: false-alarm rate); 200 of 31 split it (0.351 on the same rows, docs/bench)
+ROUNDS = 200
+NUM_LEAVES = 31
 
 _NEVER = np.iinfo(np.int64).max
 _LEAF_VALUE = re.compile(r"^leaf_value=(.*)$", re.M)
@@ -161,12 +167,12 @@ def default_windows(columns: dict[str, np.ndarray], fields: list[str]) -> list[s
 
 def fit_predictor(columns: dict[str, np.ndarray], key: str, event: str, horizon: int,
                   fields: list[str], *, windows: list[str] | None = None, seed: int = 0,
-                  rounds: int = 100) -> tuple[EventLearner | None, dict]:
+                  rounds: int = ROUNDS) -> tuple[EventLearner | None, dict]:
     """What `mlfs train` fits for a predictor, from a record dataset's columns (with a
     `tick` column): labels, rows whose outcome is known, window features (`windows`, or
     `default_windows`), negatives down-sampled to NEGATIVES_PER_POSITIVE a positive,
-    calibrated.  Returns (learner, figures); the learner is None with fewer than
-    MIN_POSITIVES positive rows.  `columns` gains the window features' arrays."""
+    ROUNDS rounds of NUM_LEAVES leaves, calibrated.  Returns (learner, figures); the
+    learner is None with fewer than MIN_POSITIVES positive rows.  `columns` gains the window features' arrays."""
     ticks = np.asarray(columns["tick"], dtype=np.int64)
     label, usable = label_rows(columns[key], ticks, columns[event], horizon)
     usable &= label | (ticks <= ticks.max() - horizon)  # the outcome is known
@@ -177,7 +183,8 @@ def fit_predictor(columns: dict[str, np.ndarray], key: str, event: str, horizon:
     names = default_windows(columns, fields) if windows is None else list(windows)
     columns.update(window_features(columns[key], ticks, columns, names))
     rate = negative_rate(positives, figures["rows"] - positives)
-    learner = EventLearner([*fields, *names], negative_rate=rate, rounds=rounds, seed=seed)
+    learner = EventLearner([*fields, *names], negative_rate=rate, rounds=rounds,
+                           num_leaves=NUM_LEAVES, seed=seed)
     learner.fit(columns, label, usable)
     figures["negative_rate"] = rate
     return learner, figures

@@ -30,6 +30,8 @@ import pandas as pd
 
 from mlfs.trainers.predictor import (
     MIN_POSITIVES,
+    NUM_LEAVES,
+    ROUNDS,
     calibrated,
     classifier_params,
     default_windows,
@@ -142,7 +144,7 @@ def train_predictor(client, paths: list[str], futures: list, info: dict, *, fold
                     windows, rate, 0, "")
     rows = dd.from_delayed(parts, meta=meta).persist()
     columns = [*fields, *windows]
-    params = dict(classifier_params(), n_estimators=rounds or 100)
+    params = dict(classifier_params(NUM_LEAVES), n_estimators=rounds or ROUNDS)
     params.pop("seed", None)
     validation: dict[str, float] = {}
     losses: list[tuple[float, float]] = []

@@ -7,11 +7,11 @@ never saw, with the one scoring rule (`mlfs.core.outcomes.score`):
 
 - **learned**: what `mlfs train` fits (`mlfs.trainers.predictor.fit_predictor`: its window
   features, negatives down-sampled to NEGATIVES_PER_POSITIVE a positive, calibrated,
-  100 rounds);
+  ROUNDS rounds of NUM_LEAVES leaves);
 - **learned without windows**: the same on the record fields alone (what it fitted
   before window features existed), to show what they bring;
 - **offline**: the upper reference, a LightGBM classifier trained offline on the same rows
-  and features with nothing down-sampled, twice the rounds and twice the leaves.
+  and features with nothing down-sampled, the same rounds and leaves.
 
 Against the SMART threshold trip (the default rule: what `smartctl -H` says) and
 Backblaze's rule of thumb (any raw value of SMART 5, 187, 188, 197 or 198 above zero).
@@ -118,7 +118,7 @@ def train_models(args) -> tuple[dict[str, EventLearner], list[str], dict]:
     timings["learned"] = round(time.monotonic() - started, 1)
     windows = learned.features[len(FEATURES):]
     started = time.monotonic()
-    models["offline"] = offline_model(merged, learned.features, 2 * learned.rounds)
+    models["offline"] = offline_model(merged, learned.features, learned.rounds)
     timings["offline"] = round(time.monotonic() - started, 1)
     figures["fit_seconds"] = timings
     return models, windows, figures
