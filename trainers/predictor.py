@@ -172,7 +172,8 @@ def fit_predictor(columns: dict[str, np.ndarray], key: str, event: str, horizon:
     `tick` column): labels, rows whose outcome is known, window features (`windows`, or
     `default_windows`), negatives down-sampled to NEGATIVES_PER_POSITIVE a positive,
     ROUNDS rounds of NUM_LEAVES leaves, calibrated.  Returns (learner, figures); the
-    learner is None with fewer than MIN_POSITIVES positive rows.  `columns` gains the window features' arrays."""
+    learner is None with fewer than MIN_POSITIVES positive rows.  `columns` gains the
+    window features' arrays."""
     ticks = np.asarray(columns["tick"], dtype=np.int64)
     label, usable = label_rows(columns[key], ticks, columns[event], horizon)
     usable &= label | (ticks <= ticks.max() - horizon)  # the outcome is known
