@@ -19,8 +19,8 @@ it has been: errors on several of the last days, the first of them weeks ago, a 
 above its own month.  `default_windows` picks window features (`mlfs.abi`'s grammar,
 `<field>__mean30` and the like) that `fit_predictor` computes from each entity's rows;
 the policy names them, and the proxy computes them tick by tick from the same rule.  On
-sim.disks they took recall at the threshold rule's false-alarm rate from about x2 to x5
-of the rule's (docs/bench/predict-sim-disks.md).
+sim.disks, at the threshold rule's false-alarm rate, the same fit catches x1.82 of the
+rule's failures without them and x5.09 with them (docs/bench/predict-sim-disks.md).
 
 Labels come from the rows themselves (`mlfs.core.outcomes` defines the same rule for
 scoring; it is restated here because a trainer imports only the client and the ABI):
