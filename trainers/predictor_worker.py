@@ -22,17 +22,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
 from mlfs import client
 
-from .predictor import EventLearner, label_rows
+from .predictor import MIN_POSITIVES, fit_predictor
 
-#: negatives kept per positive row (the rest are down-sampled; see trainers/predictor.py)
-NEGATIVES_PER_POSITIVE = 50
-#: positive rows before a first fit
-MIN_POSITIVES = 20
 #: the newest rows read for a fit at most
 MAX_ROWS = 3_000_000
 NUMERIC = {"int64", "uint64", "int32", "uint32", "uint16", "uint8", "float64", "bool"}
@@ -102,24 +97,18 @@ def _fit_and_upload(sub: Path, mdir: Path, target: dict, features: list[str], se
     if table is None:
         return
     cols = {name: table.column(name).to_numpy(zero_copy_only=False) for name in table.column_names}
-    ticks = cols["tick"].astype(np.int64)
-    label, usable = label_rows(cols[target["key"]], ticks, cols[target["event"]],
-                               int(target["horizon_ticks"]))
-    known = label | (ticks <= ticks.max() - int(target["horizon_ticks"]))
-    usable &= known
-    positives = int((label & usable).sum())
-    stats["rows"], stats["positives"] = int(usable.sum()), positives
-    if positives < MIN_POSITIVES:
-        log.info("predictor trainer: %d positive rows of %d, waiting for %d", positives,
-                 int(usable.sum()), MIN_POSITIVES)
+    learner, figures = fit_predictor(cols, target["key"], target["event"],
+                                     int(target["horizon_ticks"]), features, seed=seed)
+    stats["rows"], stats["positives"] = figures["rows"], figures["positives"]
+    if learner is None:
+        log.info("predictor trainer: %d positive rows of %d, waiting for %d",
+                 figures["positives"], figures["rows"], MIN_POSITIVES)
         return
-    negatives = int(usable.sum()) - positives
-    rate = min(1.0, NEGATIVES_PER_POSITIVE * positives / max(1, negatives))
-    learner = EventLearner(features, negative_rate=rate, rounds=100, seed=seed)
-    learner.fit(cols, label, usable)
+    rate = figures["negative_rate"]
+    positives = figures["positives"]
     stats["fits"] += 1
     with open(mdir / "policy", "w") as fh:
         fh.write(learner.policy_text())
     stats["policies"] += 1
     log.info("predictor trainer: fit %d on %d rows (%d positive, negatives kept at %.3g), "
-             "policy uploaded", stats["fits"], int(usable.sum()), positives, rate)
+             "policy uploaded", stats["fits"], figures["rows"], positives, rate)

@@ -62,7 +62,8 @@ def cmd_fleet_train(args: argparse.Namespace) -> int:
         card = train(args.store, args.subsystem, args.scheduler, folds=args.folds,
                      n_workers=args.workers, since=args.since, until=args.until,
                      fit_timeout=args.fit_timeout,
-                     key=Path(args.key) if args.key else None)
+                     key=Path(args.key) if args.key else None,
+                     progress=None if args.quiet else _stage, dashboard=args.dashboard)
     except TrainError as exc:
         print(f"mlfs fleet train: {exc}", file=sys.stderr)
         return 1
@@ -73,11 +74,19 @@ def cmd_fleet_train(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(card, indent=2))
     else:
-        mae = card["validation"]["mae"]
+        what, error = "MAE", card["validation"]["mae"]
+        if card.get("kind") == "predictor":
+            what, error = "log loss", card["validation"]["log_loss"]
         print(f"mlfs fleet train: published {card['subsystem']} policy {card['version']} "
-              f"({card['rows']} rows, {len(card['hosts'])} hosts, held-out-host MAE "
-              f"{'n/a' if mae is None else f'{mae:.4g}'}, {card['seconds']:.1f} s)")
+              f"({card['rows']} rows, {len(card['hosts'])} hosts, held-out-host {what} "
+              f"{'n/a' if error is None else f'{error:.4g}'}, {card['seconds']:.1f} s)")
     return 0
+
+
+def _stage(line: str) -> None:
+    """A stage line on stderr: `mlfs fleet train 12.3 s: portions read 40/92` (never
+    `mlfs fleet train: `, the prefix of its one result or error line)."""
+    print(f"mlfs fleet train {line}", file=sys.stderr, flush=True)
 
 
 def cmd_fleet_keygen(args: argparse.Namespace) -> int:
@@ -161,6 +170,11 @@ def add_parser(sub) -> None:
     q.add_argument("--key", metavar="FILE",
                    help="sign the card with this Ed25519 private key (mlfs fleet keygen): "
                         "hosts install only policies a key they trust signed")
+    q.add_argument("--dashboard", metavar="HOST:PORT",
+                   help="serve Dask's dashboard here while training (a LocalCluster; a "
+                   "named scheduler serves its own, whose link is printed)")
+    q.add_argument("--quiet", action="store_true",
+                   help="no stage lines on stderr (portions read, alignment, folds, fit)")
     q.add_argument("--json", action="store_true", help="print the model card as JSON")
     q.set_defaults(func=cmd_fleet_train)
     q = actions.add_parser("keygen", help="make an Ed25519 key pair to sign fleet policies",

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from mlfs.abi import Target
+from mlfs.abi import Target, WindowState, window_feature
 
 from .clock import rfc3339
 from .efficiency import EfficiencyStats
@@ -138,9 +138,17 @@ class PredictionPolicy:
         self.text = text
         self.feature_names = list(self.verified.feature_names)
         numeric = {n for n, kind in records.items() if kind not in ("string",)}
+        #: the window features the policy names (mlfs.abi): computed by the proxy from
+        #: each entity's last rows, as the trainer computed them from the dataset
+        self.windows: list[str] = []
         for name in self.feature_names:
-            if name not in numeric:
-                raise invalid(f"policy uses column {name!r}, not a numeric record field")
+            if name in numeric:
+                continue
+            window = window_feature(name)
+            if window is None or window.field not in numeric:
+                raise invalid(f"policy uses column {name!r}, not a numeric record field "
+                              "or a window feature of one (<field>__mean|pos|first<W>)")
+            self.windows.append(name)
         self.booster = lightgbm.Booster(model_str=text.decode("ascii"))
         if (list(self.booster.feature_name()) != self.feature_names
                 or self.booster.num_trees() != self.verified.trees):
@@ -148,13 +156,18 @@ class PredictionPolicy:
         self.max_rows = max(1, MAX_PREDICT_NODES // max(1, self.verified.path_sum))
         self.rows_cut = 0
 
-    def predict(self, table: pa.Table) -> np.ndarray:
-        """Probabilities for the rows (NaN beyond the node bound: no alert, counted)."""
+    def predict(self, table: pa.Table, windows: dict[str, np.ndarray] | None = None,
+                ) -> np.ndarray:
+        """Probabilities for the rows (NaN beyond the node bound: no alert, counted);
+        `windows` holds the window features' values for the same rows."""
         n = table.num_rows
         rows = min(n, self.max_rows)
         self.rows_cut += n - rows
         matrix = np.empty((rows, len(self.feature_names)))
         for j, name in enumerate(self.feature_names):
+            if name in self.windows:
+                matrix[:, j] = (windows or {})[name][:rows]
+                continue
             column = table.column(name).slice(0, rows)
             if pa.types.is_timestamp(column.type):
                 column = column.cast(pa.int64())
@@ -213,6 +226,8 @@ class PredictorProxy(ModelProxy):
         self.raised: dict[tuple[str, object], int] = {}
         self.alerts: collections.deque[str] = collections.deque(maxlen=ALERTS_KEPT)
         self.alerts_raised: collections.Counter[str] = collections.Counter()
+        #: per target, the entities' last rows for the policy's window features
+        self.history: dict[str, WindowState] = {}
 
     def _feedback_schema(self, runtime) -> pa.Schema:
         return pa.schema([
@@ -279,7 +294,7 @@ class PredictorProxy(ModelProxy):
                        table: pa.Table) -> np.ndarray:
         if self.policy is not None:
             try:
-                return self.policy.predict(table)
+                return self.policy.predict(table, self._windows(target, keys, table))
             except Exception as exc:  # a policy never stops the tick loop
                 self._remove_policy(f"failed: {type(exc).__name__}: {str(exc)[:200]}")
         written = self.predictions[target]
@@ -290,6 +305,24 @@ class PredictorProxy(ModelProxy):
                 if hit is not None and (hit[1] is None or tick < hit[1]):
                     p[i] = hit[0]
         return p
+
+    def _windows(self, target: str, keys: np.ndarray, table: pa.Table,
+                 ) -> dict[str, np.ndarray] | None:
+        """The policy's window features for this tick's rows.  The entities' history is
+        kept from the first policy that names them on, and across policies naming the
+        same ones (the trainer refits with the same features): a new feature set starts
+        a new history, which the first rows of each entity then lack, as the first
+        rows of the dataset lacked theirs."""
+        names = self.policy.windows
+        if not names:
+            self.history.pop(target, None)
+            return None
+        state = self.history.get(target)
+        if state is None or state.names != names:
+            state = self.history[target] = WindowState(names, MAX_PREDICTIONS)
+        fields = {s.field for s in state.specs}
+        return state.update(keys, {f: table.column(f).to_numpy(zero_copy_only=False)
+                                   for f in fields})
 
     def _feedback_rows(self, target: str, judged: Judged) -> list[dict]:
         if not len(judged):

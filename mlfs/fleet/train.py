@@ -21,6 +21,12 @@ time range, validation error overall and per host, feature importances,
 sha256 of the policy), the card last: a policy without a card is not
 published, and pull (`mlfs train --fleet`) uses only a policy whose sha256
 matches its card.
+
+A subsystem with targets (a record source such as sim.disks) gets a predictor
+instead: mlfs/fleet/predictors.py, with the local predictor trainer's rules.
+
+Progress goes to `progress(line, final)` (the command prints it on stderr): portions
+read n/N, alignment, fold k/N, fit; `dashboard` serves Dask's dashboard there.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import shutil
 import tempfile
 import threading
@@ -174,24 +181,54 @@ def watched(client, work: Callable[[], Any], timeout: float, what: str) -> Any:
     return outcome["value"]
 
 
+def _quiet(line: str, final: bool = True) -> None:
+    pass
+
+
+class Progress:
+    """Stage lines, each with the seconds since the start; a repeated stage (portions
+    read n/N) at most once a second, and always its last line."""
+
+    def __init__(self, write: Callable[[str], None], started: float) -> None:
+        self.write = write
+        self.started = started
+        self.last = -math.inf
+
+    def __call__(self, line: str, final: bool = True) -> None:
+        now = time.perf_counter()
+        if final or now - self.last >= 1.0:
+            self.last = now
+            self.write(f"{now - self.started:.1f} s: {line}")
+
+
 def train(url: str, subsystem: str, scheduler: str | None = None, *, folds: int = 5,
           n_workers: int = 2, num_boost_round: int | None = None,
           since: pd.Timestamp | None = None, until: pd.Timestamp | None = None,
-          fit_timeout: float = FIT_TIMEOUT, key: Path | None = None) -> dict:
+          fit_timeout: float = FIT_TIMEOUT, key: Path | None = None,
+          progress: Callable[[str], None] | None = None,
+          dashboard: str | None = None) -> dict:
     """Train and publish one fleet policy; returns its card.
 
-    `since` / `until` keep the rows with `since <= ts < until` (pushed down to
-    the Parquet reader as filters).  Any failure of the cluster is a TrainError
-    with a one-line reason, raised before anything is published."""
+    `since` / `until` keep the rows with `since <= ts < until` (applied as
+    each portion is read on a worker).  Any failure of the cluster is a TrainError
+    with a one-line reason, raised before anything is published.  `progress` gets
+    one line per stage; `dashboard` (HOST:PORT) is where a LocalCluster serves
+    Dask's dashboard (a named scheduler serves its own)."""
     import dask
-    import dask.dataframe as dd
     from distributed import Client, LocalCluster
-    from lightgbm.dask import DaskLGBMRegressor
+    from lightgbm.dask import DaskLGBMClassifier, DaskLGBMRegressor
 
     started = time.perf_counter()
+    say = Progress(progress, started) if progress else _quiet
     timings: dict[str, float] = {}
     store = Store(url)
     info = load_info(store, subsystem)
+    if info.get("targets"):
+        return _train_predictor(store, subsystem, info, scheduler, folds=folds,
+                                n_workers=n_workers, num_boost_round=num_boost_round,
+                                since=since, until=until, fit_timeout=fit_timeout, key=key,
+                                say=say, dashboard=dashboard, started=started,
+                                classifier=DaskLGBMClassifier)
     probe = KnobLearner(info)
     rounds = num_boost_round or probe.num_boost_round
     wanted = sorted({"tick", "ts", "objective", HOST, *probe.feature_columns,
@@ -200,23 +237,17 @@ def train(url: str, subsystem: str, scheduler: str | None = None, *, folds: int 
     paths = consistent(store, objects(store, subsystem, "dataset"))
     if not paths:
         raise TrainError(f"{url}: no dataset rows of {subsystem}")
-    filters = [("ts", op, utc(t)) for op, t in ((">=", since), ("<", until)) if t is not None]
-    cluster = None
-    # a LocalCluster's workers spill into dask-scratch-space under $TMPDIR and leave it
-    # behind: give them a directory of their own and remove it with the cluster
-    scratch = None if scheduler else tempfile.mkdtemp(prefix="mlfs-fleet-train-")
+    since = None if since is None else utc(since)
+    until = None if until is None else utc(until)
+    cluster = scratch = None
     try:
-        cluster = None if scheduler else LocalCluster(
-            n_workers=n_workers, threads_per_worker=1, dashboard_address=None,
-            processes=True, local_directory=scratch)
+        cluster, scratch = _cluster(scheduler, n_workers, dashboard, LocalCluster)
         with Client(scheduler or cluster, timeout=CONNECT_TIMEOUT) as client:
-            raw = dd.read_parquet(paths if store.local else
-                                  [store.fs.unstrip_protocol(p) for p in paths],
-                                  columns=wanted, filters=filters or None,
-                                  storage_options=store.fs.storage_options or None)
+            _announce(client, scheduler, dashboard, say)
+            raw = read_portions(client, store, paths, wanted, since, until, say)
             meta = _aligned(raw._meta, info)
-            # one part per portion is many small parts; lightgbm.dask pays per part
             rows = raw.map_partitions(_aligned, info, meta=meta)
+            # one part per portion is many small parts; lightgbm.dask pays per part
             rows = rows.repartition(npartitions=max(1, min(rows.npartitions,
                                                            4 * n_workers)))
             timings["read_align"] = time.perf_counter() - started
@@ -226,6 +257,7 @@ def train(url: str, subsystem: str, scheduler: str | None = None, *, folds: int 
                                             rows[HOST].value_counts())
             per_host = per_host.sort_index()
             per_host = per_host[per_host.index != ""]
+            say(f"alignment: {int(per_host.sum())} training rows, {len(per_host)} hosts")
             # values bounded before training: a label beyond LABEL_BOUND x the fleet's
             # median magnitude is not a measurement (1e12 from a rogue host made a leaf
             # of 1.38e11 that every puller would have installed): dropped, counted
@@ -260,7 +292,9 @@ def train(url: str, subsystem: str, scheduler: str | None = None, *, folds: int 
             validation: dict[str, float] = {}
             errors: list[np.ndarray] = []
             if len(hosts) >= 2:
-                for held in hosts[:folds]:
+                chosen = hosts[:folds]
+                for k, held in enumerate(chosen, start=1):
+                    say(f"fold {k}/{len(chosen)}: holding out host {held}")
                     booster = fit(rows[rows[HOST] != held])
                     local = rows[rows[HOST] == held].compute()
                     pred = booster.predict(local[probe.columns].to_numpy())
@@ -268,6 +302,7 @@ def train(url: str, subsystem: str, scheduler: str | None = None, *, folds: int 
                     validation[held] = float(err.mean())
                     errors.append(err)
             timings["validation"] = time.perf_counter() - started
+            say(f"fit: {int(per_host.sum())} rows, {len(hosts)} hosts")
             booster = fit(rows)
             timings["fit"] = time.perf_counter() - started
     except TrainError:
@@ -304,6 +339,131 @@ def train(url: str, subsystem: str, scheduler: str | None = None, *, folds: int 
         "seconds": round(time.perf_counter() - started, 3),
         "seconds_after": {k: round(v, 3) for k, v in timings.items()},
     }
+    return publish(store, subsystem, text, card, key)
+
+
+def _cluster(scheduler: str | None, n_workers: int, dashboard: str | None, local_cluster):
+    """(LocalCluster or None, its scratch directory or None)."""
+    if scheduler:
+        return None, None
+    # a LocalCluster's workers spill into dask-scratch-space under $TMPDIR and leave it
+    # behind: give them a directory of their own and remove it with the cluster
+    scratch = tempfile.mkdtemp(prefix="mlfs-fleet-train-")
+    try:
+        cluster = local_cluster(n_workers=n_workers, threads_per_worker=1,
+                                dashboard_address=dashboard, processes=True,
+                                local_directory=scratch)
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    return cluster, scratch
+
+
+def _announce(client, scheduler: str | None, dashboard: str | None, say) -> None:
+    info = client.scheduler_info()
+    where = scheduler or f"a LocalCluster of {len(info['workers'])} workers"
+    # the link where a dashboard is served (a LocalCluster's with --dashboard, a named
+    # scheduler's own); a LocalCluster without one still lists its HTTP server (metrics,
+    # no dashboard pages), and Dask makes a link up from its configuration regardless
+    served = "dashboard" in info.get("services", {})
+    link = client.dashboard_link if served and (dashboard or scheduler) else None
+    say(f"cluster: {where}" + (f", dashboard {link}" if link else ""))
+
+
+def read_portion(url: str, path: str, columns: list[str], since, until) -> pd.DataFrame:
+    """One portion's `columns`, the rows with `since <= ts < until` (a task on a worker)."""
+    import pyarrow.parquet as pq
+
+    store = Store(url)
+    with store.fs.open(path, "rb") as fh:
+        frame = pq.read_table(fh, columns=columns).to_pandas()
+    if since is not None or until is not None:
+        ts = pd.to_datetime(frame["ts"], utc=True)
+        keep = np.ones(len(frame), bool)
+        if since is not None:
+            keep &= (ts >= since).to_numpy()
+        if until is not None:
+            keep &= (ts < until).to_numpy()
+        frame = frame[keep].reset_index(drop=True)
+    return frame
+
+
+def portion_futures(client, store: Store, paths: list[str], columns: list[str], since,
+                    until, say) -> list:
+    """Every portion read on the workers, one task each, counted as they end."""
+    from distributed import as_completed
+
+    futures = [client.submit(read_portion, store.url, path, columns, since, until,
+                             pure=False) for path in paths]
+    for done, _ in enumerate(as_completed(futures), start=1):
+        say(f"portions read {done}/{len(futures)}", done == len(futures))
+    return futures
+
+
+def read_portions(client, store: Store, paths: list[str], columns: list[str], since, until,
+                  say):
+    """The portions as one Dask DataFrame, a part per portion (the parts are the read
+    futures: a graph that re-read them through dd.read_parquet after a persisted one
+    shared its keys and lost them, "cancelled for reason: lost dependencies")."""
+    import dask.dataframe as dd
+
+    futures = portion_futures(client, store, paths, columns, since, until, say)
+    meta = futures[0].result().iloc[:0]
+    return dd.from_delayed(futures, meta=meta, verify_meta=False)
+
+
+def _train_predictor(store: Store, subsystem: str, info: dict, scheduler: str | None, *,
+                     folds: int, n_workers: int, num_boost_round: int | None, since, until,
+                     fit_timeout: float, key: Path | None, say, dashboard: str | None,
+                     started: float, classifier) -> dict:
+    """A subsystem with targets: mlfs/fleet/predictors.py on the same kind of cluster,
+    published the same way."""
+    from distributed import Client, LocalCluster
+
+    from .predictors import LABEL as P_LABEL
+    from .predictors import TooFewEvents, train_predictor, wanted_columns
+
+    paths = consistent(store, objects(store, subsystem, "records"))
+    if not paths:
+        raise TrainError(f"{store.url}: no records of {subsystem}")
+    cluster = scratch = None
+    try:
+        cluster, scratch = _cluster(scheduler, n_workers, dashboard, LocalCluster)
+        with Client(scheduler or cluster, timeout=CONNECT_TIMEOUT) as client:
+            _announce(client, scheduler, dashboard, say)
+
+            def fit(frame, columns, params):
+                sizes = frame.map_partitions(len).compute()
+                frame = frame.partitions[[i for i, n in enumerate(sizes) if n]]
+                model = classifier(client=client, random_state=0,
+                                   time_out=NETWORK_TIMEOUT_MINUTES, **params)
+                watched(client, lambda: model.fit(frame[columns], frame[P_LABEL]),
+                        fit_timeout, "lightgbm.dask fit")
+                return model.to_local().booster_
+
+            paths = [p for p in paths if "/kind=records/" in p]
+            futures = portion_futures(
+                client, store, paths, wanted_columns(info, since is not None or
+                                                     until is not None),
+                None if since is None else utc(since), None if until is None else utc(until),
+                say)
+            text, card = train_predictor(client, paths, futures, info, folds=folds,
+                                         rounds=num_boost_round, fit=fit, progress=say)
+    except TrainError:
+        raise
+    except TooFewEvents as exc:
+        raise TrainError(f"{subsystem}: {exc}; nothing published") from exc
+    except Exception as exc:  # noqa: BLE001  (Dask and LightGBM raise many types)
+        raise TrainError(f"training on {scheduler or 'a LocalCluster'} failed: "
+                         f"{_one_line(exc)}; nothing published") from exc
+    finally:
+        if cluster is not None:
+            cluster.close()
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+    card = dict(card, subsystem=subsystem, mlfs_version=__version__,
+                scheduler=scheduler or f"LocalCluster({n_workers} workers)",
+                seconds=round(time.perf_counter() - started, 3))
     return publish(store, subsystem, text, card, key)
 
 

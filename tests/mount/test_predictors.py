@@ -126,4 +126,6 @@ def test_mlfs_train_learns_a_predictor_and_uploads_a_calibrated_policy(disks):
     model = sub / "models" / "learned"
     policy = (model / "policy").read_text()
     assert "objective=binary" in policy
+    # window features (mlfs.abi): the proxy keeps each drive's last rows to compute them
+    assert "errors_delta_1d__first60" in policy.split("feature_names=")[1].split("\n")[0]
     assert (model / "state").read_text() == "running\n"

@@ -39,3 +39,34 @@ def test_labels_mark_the_ticks_before_each_event_within_the_horizon():
     label, usable = label_rows(keys, ticks, events, horizon=2)
     assert label.tolist() == [False, False, True, True, False, False, False]
     assert usable.tolist() == [True, True, True, True, False, True, True]
+
+
+def test_the_trainers_fit_names_window_features_the_proxy_computes_the_same_way():
+    import pyarrow as pa
+    from mlfs.backends.sim_disks import RECORDS, DrivePopulation
+    from mlfs.trainers.predictor import fit_predictor
+
+    from mlfs.abi import WindowState
+    from mlfs.core.predictor_proxy import PredictionPolicy
+
+    pop = DrivePopulation(drives=2000, seed=3)
+    days = [pop.day() for _ in range(240)]
+    columns = {k: np.concatenate([d[k] for d in days]) for k in days[0]}
+    columns["tick"] = np.repeat(np.arange(240), 2000)
+    fields = [n for n in RECORDS if n not in ("drive_id", "failed")]
+    learner, figures = fit_predictor(columns, "drive_id", "failed", 30, fields, rounds=30)
+    assert learner is not None and figures["positives"] >= 20
+    windows = learner.features[len(fields):]
+    assert "errors_delta_1d__first60" in windows and "read_latency_ms__mean30" in windows
+    # the proxy accepts the policy and, keeping each drive's last rows itself, gives the
+    # probabilities the trainer's columns give
+    policy = PredictionPolicy(learner.policy_text().encode(), RECORDS)
+    assert policy.windows == windows
+    state = WindowState(policy.windows)
+    for tick, day in enumerate(days):
+        got = state.update(day["drive_id"], day)
+        if tick in (10, 239):
+            rows = columns["tick"] == tick
+            p = policy.predict(pa.table({n: day[n] for n in RECORDS}), got)
+            np.testing.assert_allclose(p, learner.predict({k: v[rows] for k, v in
+                                                           columns.items()}), rtol=1e-6)
