@@ -346,7 +346,7 @@ def test_vm_write_size_is_what_the_application_asks_of_write(tmp_path: Path) -> 
 
 def test_vm_bulk_write_size_is_the_big_writers_call_size_beside_small_calls_and_idle_windows(
         tmp_path: Path) -> None:
-    # a 1 MiB writer and, in the same window, 200,000 calls of 16 bytes (a chatty
+    # a 1 MiB writer and, in the same window, 400,000 calls of 16 bytes (a chatty
     # logger), each a live process when the window ends (a reaped child's counts
     # fold into its parent's, so each dd runs under a shell that then waits)
     def writer(block: str, count: int) -> subprocess.Popen:
@@ -358,7 +358,9 @@ def test_vm_bulk_write_size_is_the_big_writers_call_size_beside_small_calls_and_
     writers: list[subprocess.Popen] = []
     try:
         vm.step(vm.default_knobs(None))
-        writers = [writer("1M", 256), writer("16", 200_000)]
+        # 1 GiB: the window is the whole machine's, so another process's bulk write (a
+        # parallel test's) must not hold its median byte
+        writers = [writer("1M", 1024), writer("16", 400_000)]
         for proc in writers:
             assert proc.stdout.readline() == b"done\n"
         features = vm.step(vm.default_knobs(None)).features
