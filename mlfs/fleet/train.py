@@ -31,6 +31,7 @@ read n/N, alignment, fold k/N, fit; `dashboard` serves Dask's dashboard there.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -239,9 +240,7 @@ def train(url: str, subsystem: str, scheduler: str | None = None, *, folds: int 
         raise TrainError(f"{url}: no dataset rows of {subsystem}")
     since = None if since is None else utc(since)
     until = None if until is None else utc(until)
-    cluster = scratch = None
-    try:
-        cluster, scratch = _cluster(scheduler, n_workers, dashboard, LocalCluster)
+    with _session(scheduler, n_workers, dashboard, LocalCluster) as cluster:
         with Client(scheduler or cluster, timeout=CONNECT_TIMEOUT) as client:
             _announce(client, scheduler, dashboard, say)
             raw = read_portions(client, store, paths, wanted, since, until, say)
@@ -305,16 +304,6 @@ def train(url: str, subsystem: str, scheduler: str | None = None, *, folds: int 
             say(f"fit: {int(per_host.sum())} rows, {len(hosts)} hosts")
             booster = fit(rows)
             timings["fit"] = time.perf_counter() - started
-    except TrainError:
-        raise
-    except Exception as exc:  # noqa: BLE001  (Dask and LightGBM raise many types)
-        raise TrainError(f"training on {scheduler or 'a LocalCluster'} failed: "
-                         f"{_one_line(exc)}; nothing published") from exc
-    finally:
-        if cluster is not None:
-            cluster.close()
-        if scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
     text = booster.model_to_string()
     gains = booster.feature_importance("gain")
     card = {
@@ -340,6 +329,27 @@ def train(url: str, subsystem: str, scheduler: str | None = None, *, folds: int 
         "seconds_after": {k: round(v, 3) for k, v in timings.items()},
     }
     return publish(store, subsystem, text, card, key)
+
+
+@contextlib.contextmanager
+def _session(scheduler: str | None, n_workers: int, dashboard: str | None, local_cluster):
+    """The cluster a round trains on (None: `scheduler`'s), closed and its scratch
+    removed afterwards; whatever Dask or LightGBM raise inside is one TrainError line,
+    and nothing is published."""
+    cluster = scratch = None
+    try:
+        cluster, scratch = _cluster(scheduler, n_workers, dashboard, local_cluster)
+        yield cluster
+    except TrainError:
+        raise
+    except Exception as exc:  # noqa: BLE001  (Dask and LightGBM raise many types)
+        raise TrainError(f"training on {scheduler or 'a LocalCluster'} failed: "
+                         f"{_one_line(exc)}; nothing published") from exc
+    finally:
+        if cluster is not None:
+            cluster.close()
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _cluster(scheduler: str | None, n_workers: int, dashboard: str | None, local_cluster):
@@ -426,9 +436,7 @@ def _train_predictor(store: Store, subsystem: str, info: dict, scheduler: str | 
     paths = consistent(store, objects(store, subsystem, "records"))
     if not paths:
         raise TrainError(f"{store.url}: no records of {subsystem}")
-    cluster = scratch = None
-    try:
-        cluster, scratch = _cluster(scheduler, n_workers, dashboard, LocalCluster)
+    with _session(scheduler, n_workers, dashboard, LocalCluster) as cluster:
         with Client(scheduler or cluster, timeout=CONNECT_TIMEOUT) as client:
             _announce(client, scheduler, dashboard, say)
 
@@ -447,20 +455,11 @@ def _train_predictor(store: Store, subsystem: str, info: dict, scheduler: str | 
                                                      until is not None),
                 None if since is None else utc(since), None if until is None else utc(until),
                 say)
-            text, card = train_predictor(client, paths, futures, info, folds=folds,
-                                         rounds=num_boost_round, fit=fit, progress=say)
-    except TrainError:
-        raise
-    except TooFewEvents as exc:
-        raise TrainError(f"{subsystem}: {exc}; nothing published") from exc
-    except Exception as exc:  # noqa: BLE001  (Dask and LightGBM raise many types)
-        raise TrainError(f"training on {scheduler or 'a LocalCluster'} failed: "
-                         f"{_one_line(exc)}; nothing published") from exc
-    finally:
-        if cluster is not None:
-            cluster.close()
-        if scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
+            try:
+                text, card = train_predictor(client, paths, futures, info, folds=folds,
+                                             rounds=num_boost_round, fit=fit, progress=say)
+            except TooFewEvents as exc:
+                raise TrainError(f"{subsystem}: {exc}; nothing published") from exc
     card = dict(card, subsystem=subsystem, mlfs_version=__version__,
                 scheduler=scheduler or f"LocalCluster({n_workers} workers)",
                 seconds=round(time.perf_counter() - started, 3))

@@ -310,15 +310,7 @@ def test_a_worker_killed_mid_fit_fails_the_run_in_one_line_and_publishes_nothing
         if trainer is not None and trainer.poll() is None:
             os.kill(trainer.pid, signal.SIGKILL)
             trainer.wait()
-        for proc in reversed(procs):
-            if proc.poll() is None:
-                os.kill(proc.pid, signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait()
+        end_processes(procs)
         for log in logs:
             log.close()
     assert trainer.returncode == 1, err[-3000:]
@@ -409,6 +401,19 @@ def disks_store():
     shutil.rmtree(root, ignore_errors=True)
 
 
+def end_processes(procs: list[subprocess.Popen]) -> None:
+    """SIGTERM each by its PID, newest first; SIGKILL what has not ended 20 s later."""
+    for proc in reversed(procs):
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
 @contextlib.contextmanager
 def dask_cluster(directory: Path, workers: int = 2):
     """A real `dask scheduler` and `workers` `dask worker` processes on 127.0.0.1."""
@@ -429,15 +434,7 @@ def dask_cluster(directory: Path, workers: int = 2):
             "Register worker") >= workers, timeout=60, what="the workers registered")
         yield address
     finally:
-        for proc in reversed(procs):
-            if proc.poll() is None:
-                os.kill(proc.pid, signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait()
+        end_processes(procs)
         log.close()
 
 
