@@ -7,7 +7,7 @@
 
 _shtab_mlfs_config_subparsers=(default check show schema)
 _shtab_mlfs_fleet_subparsers=(push train keygen status report reports)
-_shtab_mlfs_subparsers=(mount umount restore status emergency auto report reports train demo bench config fleet backends)
+_shtab_mlfs_subparsers=(mount umount restore status emergency auto report reports train demo bench config fleet backends install-units)
 
 _shtab_mlfs_mount_option_strings=(-h --help --config --state-dir --foreground)
 _shtab_mlfs_umount_option_strings=(-h --help --timeout)
@@ -33,13 +33,14 @@ _shtab_mlfs_fleet_report_option_strings=(-h --help --store --json)
 _shtab_mlfs_fleet_reports_option_strings=(-h --help --store --subsystem --json --html)
 _shtab_mlfs_fleet_option_strings=(-h --help)
 _shtab_mlfs_backends_option_strings=(-h --help --json)
+_shtab_mlfs_install_units_option_strings=(-h --help --root --prefix)
 _shtab_mlfs_option_strings=(-h --help --version)
 
 
 
 _shtab_mlfs_config_pos_0_choices=(default check show schema)
 _shtab_mlfs_fleet_pos_0_choices=(push train keygen status report reports)
-_shtab_mlfs_pos_0_choices=(mount umount restore status emergency auto report reports train demo bench config fleet backends)
+_shtab_mlfs_pos_0_choices=(mount umount restore status emergency auto report reports train demo bench config fleet backends install-units)
 
 _shtab_mlfs_mount__h_nargs=0
 _shtab_mlfs_mount___help_nargs=0
@@ -114,6 +115,8 @@ _shtab_mlfs_fleet___help_nargs=0
 _shtab_mlfs_backends__h_nargs=0
 _shtab_mlfs_backends___help_nargs=0
 _shtab_mlfs_backends___json_nargs=0
+_shtab_mlfs_install_units__h_nargs=0
+_shtab_mlfs_install_units___help_nargs=0
 _shtab_mlfs_pos_0_nargs=A...
 _shtab_mlfs__h_nargs=0
 _shtab_mlfs___help_nargs=0

@@ -21,6 +21,7 @@ from . import (
     config,
     demo,
     fleet,
+    install,
     mount,
     report,
     reports,
@@ -33,7 +34,7 @@ from . import (
 
 #: in the order of `mlfs --help`
 COMMANDS = (mount, umount, restore, status, switch, report, reports, train, demo, bench, config,
-            fleet, backends)
+            fleet, backends, install)
 
 #: one line per command for the top-level description; each command's help= says the rest
 SUMMARY = """mlfs exchanges data and decisions between kernel subsystems and user-space ML
@@ -58,6 +59,7 @@ Every command takes --help.  Manual page: mlfs(8).""",
         ("restore", restore), ("fleet", fleet), ("config", config))},
     "emergency": switch.EMERGENCY_EXAMPLES,
     "auto": switch.AUTO_EXAMPLES,
+    "install-units": install.EXAMPLES,
 }
 
 

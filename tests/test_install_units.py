@@ -1,0 +1,78 @@
+"""`mlfs install-units` into a scratch root: the units name this venv's `mlfs` and pass
+the real `systemd-analyze verify`, the sysusers.d file makes the `mlfs` user with the
+real `systemd-sysusers`, and the man pages and completions land where man and the
+shells look (issue 32 item 7)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+MLFS = Path(sys.executable).parent / "mlfs"
+
+
+def install(root: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(MLFS), "install-units", "--root", str(root), *extra],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_installed_units_name_this_mlfs_and_pass_systemd_analyze_verify(tmp_path):
+    done = install(tmp_path)
+    assert done.returncode == 0, done.stderr
+    units = tmp_path / "etc/systemd/system"
+    names = sorted(p.name for p in units.glob("*.service"))
+    assert names == ["mlfs-fleet-push@.service", "mlfs-train@.service", "mlfs@.service"]
+    for unit in units.glob("*.service"):
+        text = unit.read_text()
+        assert "/usr/local/bin/mlfs" not in text
+        assert f"ExecStart={MLFS.absolute()} " in text
+    assert (tmp_path / "usr/local/share/man/man8/mlfs.8").read_text().startswith(".TH")
+    assert "install-units" in (tmp_path / "usr/local/share/bash-completion/completions"
+                               / "mlfs").read_text()
+    assert (tmp_path / "usr/local/share/zsh/vendor-completions/_mlfs").is_file()
+    if shutil.which("systemd-analyze") is None:
+        pytest.skip("systemd-analyze is not installed (Debian package systemd)")
+    verify = subprocess.run(
+        ["systemd-analyze", "verify", "--man=no",
+         str(units / "mlfs@mnt-mlfs.service"), str(units / "mlfs-train@sim.readahead.service"),
+         str(units / "mlfs-fleet-push@mnt-mlfs.service")],
+        capture_output=True, text=True, timeout=60)
+    assert verify.returncode == 0 and not verify.stdout and not verify.stderr, (
+        verify.stdout + verify.stderr)
+
+
+def test_the_sysusers_file_makes_the_mlfs_user_the_trainer_unit_runs_as(tmp_path):
+    assert install(tmp_path, "--prefix", "/usr").returncode == 0
+    conf = tmp_path / "usr/lib/sysusers.d/mlfs.conf"
+    assert conf.is_file()
+    if shutil.which("systemd-sysusers") is None:
+        pytest.skip("systemd-sysusers is not installed (Debian package systemd)")
+    (tmp_path / "etc").mkdir(exist_ok=True)
+    done = subprocess.run(["systemd-sysusers", f"--root={tmp_path}", str(conf)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    passwd = (tmp_path / "etc/passwd").read_text().splitlines()
+    (user,) = [line for line in passwd if line.startswith("mlfs:")]
+    assert user.endswith(":/var/lib/mlfs:/usr/sbin/nologin")
+    train = (tmp_path / "etc/systemd/system/mlfs-train@.service").read_text()
+    assert "User=mlfs" in train and "Group=mlfs" in train
+    assert any(line.startswith("mlfs:") for line in
+               (tmp_path / "etc/group").read_text().splitlines())
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--root", "/nonexistent-root"], "not a directory"),
+    (["--prefix", "relative"], "the prefix must be absolute"),
+])
+def test_a_bad_root_or_prefix_is_one_line_and_exit_2(tmp_path, args, said):
+    done = subprocess.run([str(MLFS), "install-units", *(
+        a if a != "relative" else "relative" for a in args)] + (
+        ["--root", str(tmp_path)] if "--root" not in args else []),
+        capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and said in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "etc").exists()
