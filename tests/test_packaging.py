@@ -73,3 +73,28 @@ def test_ci_setup_has_a_demo_subset_and_ci_run_is_the_readme_test_command():
                                str(REPO / "tools/gen-cli-docs")],
                               capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stdout
+
+
+def test_every_pin_of_the_constraints_file_is_inside_pyprojects_ranges():
+    """What CI tests (constraints.txt) is what the package allows (pyproject's ranges),
+    and every core dependency has an upper bound (the next major is untested)."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    wanted = [Requirement(r) for r in project["dependencies"]]
+    for name, extra in project["optional-dependencies"].items():
+        if name == "plots":  # not installed by .ci/setup, so not tested: no pin
+            continue
+        wanted += [Requirement(r) for r in extra if not r.startswith("mlfs[")]
+    pins = {}
+    for line in (REPO / "constraints.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, version = line.split("==")
+            pins[canonicalize_name(name)] = version
+    for requirement in wanted:
+        pinned = pins.get(canonicalize_name(requirement.name))
+        assert pinned is not None, f"{requirement.name} has no pin in constraints.txt"
+        assert requirement.specifier.contains(pinned, prereleases=True), (requirement, pinned)
+    for requirement in (Requirement(r) for r in project["dependencies"]):
+        assert any(s.operator == "<" for s in requirement.specifier), requirement
