@@ -34,6 +34,7 @@ SERIAL_MODULES = frozenset({
 })
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         module = item.path.stem
