@@ -30,7 +30,7 @@ class ModeConfig:
     recommendation_probe: float = 0.05
     #: learning's efficiency: the last `window_ticks` (the trainer changes its model
     #: as it learns, so older ticks judge another model)
-    window_ticks: int = 400
+    window_ticks: int = 300
     #: collaboration's and recommendation's: every tick since the switch into the mode,
     #: up to `evidence_ticks` (a growing sample: the sequential test stays valid)
     evidence_ticks: int = 2000

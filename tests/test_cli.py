@@ -238,7 +238,7 @@ def test_config_show_prints_every_setting_with_defaults_and_reads_back_the_same(
     as_json = run("config", "show", "--json", str(path))
     data = json.loads(as_json.stdout)
     assert set(data) == {*SECTIONS, "subsystem"} and data["store"]["seal_rows"] == 100
-    assert data["modes"]["window_ticks"] == 400 and data["subsystem"][0]["phases"] == [
+    assert data["modes"]["window_ticks"] == 300 and data["subsystem"][0]["phases"] == [
         "sequential"]
 
 
