@@ -3,30 +3,30 @@
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
-import re
 import shutil
 import signal
-import socket
 import subprocess
-import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
-import lightgbm
-import numpy as np
-import pyarrow.parquet as pq
 import pytest
 from mlfs.trainers.learner import KnobLearner
 
 from mlfs.client import end_process
 from mlfs.core.verifier import verify
 from mlfs.fleet.demo import demo_key
+from tests.dask_cluster import (
+    cluster_env,
+    dask_cluster,
+    end_processes,
+    free_port,
+    scheduler_command,
+    worker_command,
+)
 from tests.harness import (
     FAST_CONFIG,
     REPO,
@@ -39,7 +39,6 @@ from tests.harness import (
 
 pytestmark = pytest.mark.mount
 
-DASK = str(Path(sys.executable).with_name("dask"))
 #: an upper bound for a policy upload: the daemon checks a policy in a subprocess
 #: importing LightGBM within 20 s, which at load 13 on this shared 2-core machine
 #: (importing lightgbm alone: 12 s) times out; the trainer uploads again 30 s later
@@ -142,49 +141,15 @@ def test_local_cluster_publishes_a_verified_policy_and_its_card(fleet_store, tra
     check_published(store, trained, hosts, info)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_real_scheduler_and_worker_processes_train_and_publish_the_next_version(
         fleet_store, tmp_path):
     store, hosts, info = fleet_store
-    port = _free_port()
-    address = f"tcp://127.0.0.1:{port}"
-    procs: list[subprocess.Popen] = []
-    log = open(tmp_path / "dask.log", "ab")  # noqa: SIM115  (closed in finally)
-    # the scheduler and workers unpickle mlfs's functions: this checkout's mlfs, as a
-    # real cluster needs mlfs installed on every worker (docs/fleet.md)
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    try:
-        procs.append(subprocess.Popen(
-            [DASK, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
-            stdout=log, stderr=log, cwd=REPO, env=env))
-        for _ in range(2):
-            procs.append(subprocess.Popen(
-                [DASK, "worker", address, "--nthreads", "1", "--no-nanny", "--no-dashboard",
-                 "--host", "127.0.0.1"], stdout=log, stderr=log, cwd=REPO, env=env))
-        wait_for(lambda: (tmp_path / "dask.log").read_text().count(
-            "Register worker") >= 2, timeout=60, what="two workers registered")
+    with dask_cluster(tmp_path) as address:
         before = len(list((store / "policies" / "sim.readahead").glob("*.json"))) \
             if (store / "policies").exists() else 0
         card = train(store, "--scheduler", address)
-        assert card["scheduler"] == address and card["version"] == before + 1
-        check_published(store, card, hosts, info)
-    finally:
-        for proc in reversed(procs):
-            if proc.poll() is None:
-                os.kill(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 20
-        for proc in procs:
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait()
-        log.close()
+    assert card["scheduler"] == address and card["version"] == before + 1
+    check_published(store, card, hosts, info)
 
 
 def policy_file(store: Path, version: int, suffix: str) -> Path:
@@ -268,22 +233,19 @@ def test_a_worker_killed_mid_fit_fails_the_run_in_one_line_and_publishes_nothing
     store, _, _ = fleet_store
     folder = store / "policies" / "sim.readahead"
     before = sorted(p.name for p in folder.glob("*")) if folder.exists() else []
-    port = _free_port()
+    port = free_port()
     address = f"tcp://127.0.0.1:{port}"
-    env = dict(os.environ, PYTHONPATH=str(REPO))
     procs: list[subprocess.Popen] = []
     logs = [open(tmp_path / f"dask-{i}.log", "ab") for i in range(3)]  # noqa: SIM115
     trainer = None
     try:
-        procs.append(subprocess.Popen(
-            [DASK, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
-            stdout=logs[0], stderr=logs[0], cwd=REPO, env=env))
+        procs.append(subprocess.Popen(scheduler_command(port), stdout=logs[0],
+                                      stderr=logs[0], cwd=REPO, env=cluster_env()))
         workers = {}
         for i in (1, 2):
-            proc = subprocess.Popen(
-                [DASK, "worker", address, "--nthreads", "1", "--no-nanny", "--no-dashboard",
-                 "--host", "127.0.0.1", "--name", f"w{i}"],
-                stdout=logs[i], stderr=logs[i], cwd=REPO, env=env)
+            proc = subprocess.Popen(worker_command(address, "--name", f"w{i}"),
+                                    stdout=logs[i], stderr=logs[i], cwd=REPO,
+                                    env=cluster_env())
             procs.append(proc)
             workers[f"w{i}"] = proc
         with Client(address, timeout=30) as watcher:
@@ -346,171 +308,3 @@ def test_until_before_the_first_row_leaves_nothing_to_train_and_publishes_nothin
     assert "mlfs fleet train: sim.readahead: 0 training rows; need 20" in done.stderr
     after = sorted(p.name for p in folder.glob("*")) if folder.exists() else []
     assert after == before
-
-
-# ---- predictors: sim.disks' drive-days from two hosts --------------------------------
-
-DISKS = """
-[mount]
-allow_other = true
-
-[store]
-seal_rows = 4096
-seal_seconds = 1.0
-feedback_seal_seconds = 1.0
-journal_seal_seconds = 1.0
-
-[[subsystem]]
-backend = "sim.disks"
-seed = SEED
-drives = 1000
-tick_seconds = 0.02
-"""
-#: record portions each host ships: 4 drive-days of 1,000 drives each, 200 days in all
-DISK_PORTIONS = 50
-
-
-@pytest.fixture(scope="module")
-def disks_store():
-    """Two sim.disks hosts (seeds 1 and 2, 1,000 drives) that ran about 200 days and
-    pushed their records once; the mounts are gone."""
-    reason = fuse_unavailable()
-    if reason:
-        pytest.skip(reason)
-    root = Path(tempfile.mkdtemp(prefix="mlfs-test-", dir="/tmp"))
-    os.chmod(root, 0o755)
-    store = root / "store"
-    mounts = [Mount(root, config=DISKS.replace("SEED", str(i)), name=f"d{i}") for i in (1, 2)]
-    try:
-        for m in mounts:
-            m.start()
-        wait_for(lambda: min(len(list((m.mountpoint / "sim.disks" / "records").glob(
-            "*.parquet"))) for m in mounts) >= DISK_PORTIONS, timeout=120,
-            what=f"{DISK_PORTIONS} record portions on each host")
-        for m in mounts:
-            done = subprocess.run(
-                mlfs_command("fleet", "push", str(m.mountpoint), "--store", str(store),
-                             "--state-dir", str(m.state_dir), "--once"),
-                capture_output=True, text=True, timeout=120, cwd=REPO)
-            assert done.returncode == 0, done.stderr
-        info = json.loads((mounts[0].mountpoint / "sim.disks" / "info").read_text())
-    finally:
-        for m in mounts:
-            m.kill(signal.SIGTERM)
-    yield store, info
-    shutil.rmtree(root, ignore_errors=True)
-
-
-def end_processes(procs: list[subprocess.Popen]) -> None:
-    """SIGTERM each by its PID, newest first; SIGKILL what has not ended 20 s later."""
-    for proc in reversed(procs):
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGTERM)
-    for proc in procs:
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
-@contextlib.contextmanager
-def dask_cluster(directory: Path, workers: int = 2):
-    """A real `dask scheduler` and `workers` `dask worker` processes on 127.0.0.1."""
-    port = _free_port()
-    address = f"tcp://127.0.0.1:{port}"
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    procs: list[subprocess.Popen] = []
-    log = open(directory / "dask.log", "ab")  # noqa: SIM115  (closed in finally)
-    try:
-        procs.append(subprocess.Popen(
-            [DASK, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
-            stdout=log, stderr=log, cwd=REPO, env=env))
-        for _ in range(workers):
-            procs.append(subprocess.Popen(
-                [DASK, "worker", address, "--nthreads", "1", "--no-nanny", "--no-dashboard",
-                 "--host", "127.0.0.1"], stdout=log, stderr=log, cwd=REPO, env=env))
-        wait_for(lambda: (directory / "dask.log").read_text().count(
-            "Register worker") >= workers, timeout=60, what="the workers registered")
-        yield address
-    finally:
-        end_processes(procs)
-        log.close()
-
-
-def stage_lines(stderr: str) -> list[str]:
-    return [line.split(": ", 1)[1] for line in stderr.splitlines()
-            if re.match(r"mlfs fleet train [0-9.]+ s: ", line)]
-
-
-def test_a_fleet_predictor_is_trained_on_real_workers_calibrated_and_says_its_stages(
-        disks_store, tmp_path):
-    from mlfs.core.predictor_proxy import PredictionPolicy
-    from mlfs.core.verifier import gives_probability
-
-    store, info = disks_store
-    with dask_cluster(tmp_path) as address:
-        done = subprocess.run(
-            mlfs_command("fleet", "train", "--store", str(store), "--subsystem", "sim.disks",
-                         "--scheduler", address, "--folds", "1", "--json"),
-            capture_output=True, text=True, timeout=600, cwd=REPO)
-    assert done.returncode == 0, done.stderr[-3000:]
-    card = json.loads(done.stdout)
-    assert card["kind"] == "predictor" and card["target"] == "failure"
-    assert len(card["hosts"]) == 2 and card["positives"] >= 20
-    assert 0 < card["negative_rate"] < 1
-    assert card["validation"]["log_loss"] > 0
-    assert list(card["validation"]["log_loss_per_host"]) == sorted(card["hosts"])[:1]
-    text = (store / "policies" / "sim.disks" / f"{card['version']:010d}.txt").read_text()
-    assert gives_probability(verify(text))
-    # a mount's proxy takes it, window features and all
-    policy = PredictionPolicy(text.encode(), info["records"])
-    assert policy.windows == card["window_features"] and "errors_delta_1d__first60" in \
-        policy.windows
-    # calibrated: the fleet-wide down-sampling is undone in the first tree, so the mean
-    # probability is the positive rate, not about 1/51
-    rows = pq.read_table(sorted((store / "subsystem=sim.disks").glob(
-        "host=*/kind=records/*.parquet"))[-1]).to_pandas()
-    columns = {n: rows[n].to_numpy() for n in rows.columns}
-    from mlfs.abi import window_features
-    columns.update(window_features(columns["drive_id"], columns["tick"], columns,
-                                   policy.windows))
-    p = lightgbm.Booster(model_str=text).predict(
-        np.column_stack([columns[n] for n in policy.feature_names]))
-    assert p.mean() < 0.01
-    lines = stage_lines(done.stderr)
-    assert lines[0].startswith(f"cluster: {address}")
-    portions = [line for line in lines if line.startswith("portions read ")]
-    total = portions[-1].split("/")[1]
-    assert portions[-1] == f"portions read {total}/{total}" and int(total) >= 2 * DISK_PORTIONS
-    rest = [line.split(":")[0] for line in lines[len(portions) + 1:]]
-    assert rest == ["alignment", "fold 1/1", "fit"], lines
-
-
-def test_dashboard_serves_http_on_the_address_given_while_training(disks_store):
-    store, _ = disks_store
-    port = _free_port()
-    trainer = subprocess.Popen(
-        mlfs_command("fleet", "train", "--store", str(store), "--subsystem", "sim.disks",
-                     "--folds", "1", "--dashboard", f"127.0.0.1:{port}"),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
-    try:
-        def status() -> str | None:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/status",
-                                            timeout=5) as answer:
-                    return answer.read().decode() if answer.status == 200 else None
-            except OSError:
-                assert trainer.poll() is None, "fleet train ended before its dashboard served"
-                return None
-
-        page = wait_for(status, timeout=120, interval=0.2, what="the dashboard's /status")
-        assert "bokeh" in page.lower()
-        out, err = trainer.communicate(timeout=600)
-    finally:
-        if trainer.poll() is None:
-            os.kill(trainer.pid, signal.SIGKILL)
-            trainer.wait()
-    assert trainer.returncode == 0, err[-3000:]
-    assert f"dashboard http://127.0.0.1:{port}/status" in stage_lines(err)[0]
-    assert out.startswith("mlfs fleet train: published sim.disks policy ")

@@ -1,0 +1,166 @@
+"""`mlfs fleet train` of a predictor: sim.disks' drive-days from two hosts, trained on a
+real Dask scheduler and workers, calibrated, and its stages and dashboard shown.
+
+A module of its own (the knob rounds are tests/mount/test_fleet_train.py), so that the
+two run on different pytest-xdist workers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import urllib.request
+from pathlib import Path
+
+import lightgbm
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from mlfs.core.verifier import verify
+from tests.dask_cluster import dask_cluster, free_port
+from tests.harness import REPO, Mount, fuse_unavailable, mlfs_command, wait_for
+
+pytestmark = pytest.mark.mount
+
+
+DISKS = """
+[mount]
+allow_other = true
+
+[store]
+seal_rows = 4096
+seal_seconds = 1.0
+feedback_seal_seconds = 1.0
+journal_seal_seconds = 1.0
+
+[[subsystem]]
+backend = "sim.disks"
+seed = SEED
+drives = 1000
+tick_seconds = 0.02
+"""
+#: days of 1,000 drives each host ships (about 33 failures over both hosts); the hosts
+#: run ~50 days a second and seal a record portion a second, so this is ~8 portions
+DISK_DAYS = 400
+
+
+def days_sealed(mount: Mount) -> int:
+    """The newest day in the host's sealed record portions (0 before the first)."""
+    portions = sorted((mount.mountpoint / "sim.disks" / "records").glob("*.parquet"))
+    if not portions:
+        return 0
+    return pq.read_table(portions[-1], columns=["tick"])["tick"].to_numpy().max()
+
+
+@pytest.fixture(scope="module")
+def disks_store():
+    """Two sim.disks hosts (seeds 1 and 2, 1,000 drives) that ran `DISK_DAYS` days and
+    pushed their records once; the mounts are gone."""
+    reason = fuse_unavailable()
+    if reason:
+        pytest.skip(reason)
+    root = Path(tempfile.mkdtemp(prefix="mlfs-test-", dir="/tmp"))
+    os.chmod(root, 0o755)
+    store = root / "store"
+    mounts = [Mount(root, config=DISKS.replace("SEED", str(i)), name=f"d{i}") for i in (1, 2)]
+    try:
+        for m in mounts:
+            m.start()
+        wait_for(lambda: min(days_sealed(m) for m in mounts) >= DISK_DAYS, timeout=120,
+                 what=f"{DISK_DAYS} days sealed on each host")
+        for m in mounts:
+            done = subprocess.run(
+                mlfs_command("fleet", "push", str(m.mountpoint), "--store", str(store),
+                             "--state-dir", str(m.state_dir), "--once"),
+                capture_output=True, text=True, timeout=120, cwd=REPO)
+            assert done.returncode == 0, done.stderr
+        info = json.loads((mounts[0].mountpoint / "sim.disks" / "info").read_text())
+    finally:
+        for m in mounts:
+            m.kill(signal.SIGTERM)
+    yield store, info
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def stage_lines(stderr: str) -> list[str]:
+    return [line.split(": ", 1)[1] for line in stderr.splitlines()
+            if re.match(r"mlfs fleet train [0-9.]+ s: ", line)]
+
+
+def test_a_fleet_predictor_is_trained_on_real_workers_calibrated_and_says_its_stages(
+        disks_store, tmp_path):
+    from mlfs.core.predictor_proxy import PredictionPolicy
+    from mlfs.core.verifier import gives_probability
+
+    store, info = disks_store
+    with dask_cluster(tmp_path) as address:
+        done = subprocess.run(
+            mlfs_command("fleet", "train", "--store", str(store), "--subsystem", "sim.disks",
+                         "--scheduler", address, "--folds", "1", "--json"),
+            capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+    card = json.loads(done.stdout)
+    assert card["kind"] == "predictor" and card["target"] == "failure"
+    assert len(card["hosts"]) == 2 and card["positives"] >= 20
+    assert 0 < card["negative_rate"] < 1
+    assert card["validation"]["log_loss"] > 0
+    assert list(card["validation"]["log_loss_per_host"]) == sorted(card["hosts"])[:1]
+    text = (store / "policies" / "sim.disks" / f"{card['version']:010d}.txt").read_text()
+    assert gives_probability(verify(text))
+    # a mount's proxy takes it, window features and all
+    policy = PredictionPolicy(text.encode(), info["records"])
+    assert policy.windows == card["window_features"] and "errors_delta_1d__first60" in \
+        policy.windows
+    # calibrated: the fleet-wide down-sampling is undone in the first tree, so the mean
+    # probability is the positive rate, not about 1/51
+    rows = pq.read_table(sorted((store / "subsystem=sim.disks").glob(
+        "host=*/kind=records/*.parquet"))[-1]).to_pandas()
+    columns = {n: rows[n].to_numpy() for n in rows.columns}
+    from mlfs.abi import window_features
+    columns.update(window_features(columns["drive_id"], columns["tick"], columns,
+                                   policy.windows))
+    p = lightgbm.Booster(model_str=text).predict(
+        np.column_stack([columns[n] for n in policy.feature_names]))
+    assert p.mean() < 0.01
+    lines = stage_lines(done.stderr)
+    assert lines[0].startswith(f"cluster: {address}")
+    portions = [line for line in lines if line.startswith("portions read ")]
+    total = portions[-1].split("/")[1]
+    assert portions[-1] == f"portions read {total}/{total}" and int(total) >= 2 * 2
+    rest = [line.split(":")[0] for line in lines[len(portions) + 1:]]
+    assert rest == ["alignment", "fold 1/1", "fit"], lines
+
+
+def test_dashboard_serves_http_on_the_address_given_while_training(disks_store):
+    store, _ = disks_store
+    port = free_port()
+    trainer = subprocess.Popen(
+        mlfs_command("fleet", "train", "--store", str(store), "--subsystem", "sim.disks",
+                     "--folds", "1", "--dashboard", f"127.0.0.1:{port}"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        def status() -> str | None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/status",
+                                            timeout=5) as answer:
+                    return answer.read().decode() if answer.status == 200 else None
+            except OSError:
+                assert trainer.poll() is None, "fleet train ended before its dashboard served"
+                return None
+
+        page = wait_for(status, timeout=120, interval=0.2, what="the dashboard's /status")
+        assert "bokeh" in page.lower()
+        out, err = trainer.communicate(timeout=600)
+    finally:
+        if trainer.poll() is None:
+            os.kill(trainer.pid, signal.SIGKILL)
+            trainer.wait()
+    assert trainer.returncode == 0, err[-3000:]
+    assert f"dashboard http://127.0.0.1:{port}/status" in stage_lines(err)[0]
+    assert out.startswith("mlfs fleet train: published sim.disks policy ")
