@@ -36,7 +36,9 @@ if TYPE_CHECKING:
 
 REPO = Path(__file__).resolve().parent.parent
 
-FAST_CONFIG = """
+#: the mount and store of every test daemon: others may read it, and portions seal
+#: each second; a trainer's silence is never long enough to matter
+FAST_MOUNT = """
 [mount]
 allow_other = true
 
@@ -48,7 +50,9 @@ journal_seal_seconds = 1.0
 
 [modes]
 silence_seconds = 600.0
+"""
 
+FAST_CONFIG = FAST_MOUNT + """
 [[subsystem]]
 backend = "sim.readahead"
 name = "sim.readahead"
@@ -65,6 +69,30 @@ def fuse_unavailable() -> str | None:
     if shutil.which("fusermount3") is None:
         return "mount tests need fusermount3 (Debian package fuse3)"
     return None
+
+
+def sim_disks_config(seed: int, drives: int) -> str:
+    """A test daemon serving sim.disks: `drives` drives, a day each 0.02 s."""
+    return FAST_MOUNT + f"""
+[[subsystem]]
+backend = "sim.disks"
+seed = {seed}
+drives = {drives}
+tick_seconds = 0.02
+"""
+
+
+def new_mount_root() -> Path:
+    """A 0755 directory under /tmp (so `nobody` can traverse it) for a test's mounts;
+    skips the test, saying why, where FUSE mounts cannot run."""
+    import tempfile
+
+    reason = fuse_unavailable()
+    if reason:
+        pytest.skip(reason)
+    root = Path(tempfile.mkdtemp(prefix="mlfs-test-", dir="/tmp"))
+    os.chmod(root, 0o755)
+    return root
 
 
 def mlfs_command(*args: str) -> list[str]:

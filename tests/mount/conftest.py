@@ -7,10 +7,8 @@ allow_other); where they are missing the tests skip and say why.
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
-import tempfile
 import warnings
 from pathlib import Path
 
@@ -21,7 +19,7 @@ from tests.harness import (
     QUIET_CONFIG,
     Models,
     Mount,
-    fuse_unavailable,
+    new_mount_root,
     unmount_everything_under,
 )
 
@@ -38,11 +36,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture
 def mount_root():
     """A 0755 directory under /tmp (so `nobody` can traverse it), removed after."""
-    reason = fuse_unavailable()
-    if reason:
-        pytest.skip(reason)
-    root = Path(tempfile.mkdtemp(prefix="mlfs-test-", dir="/tmp"))
-    os.chmod(root, 0o755)
+    root = new_mount_root()
     yield root
     unmount_everything_under(root)
     shutil.rmtree(root, ignore_errors=True)
@@ -60,11 +54,7 @@ def mount(mount_root):
 
 
 def _module_mount(config: str):
-    reason = fuse_unavailable()
-    if reason:
-        pytest.skip(reason)
-    root = Path(tempfile.mkdtemp(prefix="mlfs-test-", dir="/tmp"))
-    os.chmod(root, 0o755)
+    root = new_mount_root()
     m = Mount(root, config)
     m.start()
     try:

@@ -13,9 +13,7 @@ import re
 import shutil
 import signal
 import subprocess
-import tempfile
 import urllib.request
-from pathlib import Path
 
 import lightgbm
 import numpy as np
@@ -24,27 +22,11 @@ import pytest
 
 from mlfs.core.verifier import verify
 from tests.dask_cluster import dask_cluster, free_port
-from tests.harness import REPO, Mount, fuse_unavailable, mlfs_command, wait_for
+from tests.harness import REPO, Mount, mlfs_command, new_mount_root, sim_disks_config, wait_for
 
 pytestmark = pytest.mark.mount
 
 
-DISKS = """
-[mount]
-allow_other = true
-
-[store]
-seal_rows = 4096
-seal_seconds = 1.0
-feedback_seal_seconds = 1.0
-journal_seal_seconds = 1.0
-
-[[subsystem]]
-backend = "sim.disks"
-seed = SEED
-drives = 1000
-tick_seconds = 0.02
-"""
 #: days of 1,000 drives each host ships (about 33 failures over both hosts); the hosts
 #: run ~50 days a second and seal a record portion a second, so this is ~8 portions
 DISK_DAYS = 400
@@ -62,13 +44,10 @@ def days_sealed(mount: Mount) -> int:
 def disks_store():
     """Two sim.disks hosts (seeds 1 and 2, 1,000 drives) that ran `DISK_DAYS` days and
     pushed their records once; the mounts are gone."""
-    reason = fuse_unavailable()
-    if reason:
-        pytest.skip(reason)
-    root = Path(tempfile.mkdtemp(prefix="mlfs-test-", dir="/tmp"))
-    os.chmod(root, 0o755)
+    root = new_mount_root()
     store = root / "store"
-    mounts = [Mount(root, config=DISKS.replace("SEED", str(i)), name=f"d{i}") for i in (1, 2)]
+    mounts = [Mount(root, config=sim_disks_config(seed=i, drives=1000), name=f"d{i}")
+              for i in (1, 2)]
     try:
         for m in mounts:
             m.start()

@@ -9,7 +9,6 @@ import os
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
@@ -31,9 +30,9 @@ from tests.harness import (
     FAST_CONFIG,
     REPO,
     Mount,
-    fuse_unavailable,
     mlfs_command,
     new_model,
+    new_mount_root,
     wait_for,
 )
 
@@ -62,11 +61,7 @@ def fleet_store():
     """Two hosts (seeds 1 and 2), each with a model pinned to collaboration (half the
     ticks follow its recommendations) trying read_ahead_kb settings in turn, ran 8
     portions and pushed once; the mounts are gone."""
-    reason = fuse_unavailable()
-    if reason:
-        pytest.skip(reason)
-    root = Path(tempfile.mkdtemp(prefix="mlfs-test-", dir="/tmp"))
-    os.chmod(root, 0o755)
+    root = new_mount_root()
     store = root / "store"
     hosts = []
     mounts = [Mount(root, config=FAST_CONFIG.replace("seed = 1", f"seed = {i}"), name=f"h{i}")

@@ -12,27 +12,9 @@ import pytest
 from mlfs.backends.sim_disks import RECORDS, DrivePopulation
 from mlfs.trainers.predictor import EventLearner, label_rows
 
-from tests.harness import Mount, sh, wait_for, write_errno
+from tests.harness import Mount, sh, sim_disks_config, wait_for, write_errno
 
-DISKS = """
-[mount]
-allow_other = true
-
-[store]
-seal_rows = 4096
-seal_seconds = 1.0
-feedback_seal_seconds = 1.0
-journal_seal_seconds = 1.0
-
-[modes]
-silence_seconds = 600.0
-
-[[subsystem]]
-backend = "sim.disks"
-seed = 7
-drives = 2000
-tick_seconds = 0.02
-"""
+DISKS = sim_disks_config(seed=7, drives=2000)
 FEATURES = [n for n in RECORDS if n not in ("drive_id", "failed")]
 
 
