@@ -36,12 +36,12 @@ import re
 import lightgbm as lgb
 import numpy as np
 
-from mlfs.abi import window_features
+from mlfs.abi import window_feature, window_features
 
-__all__ = ["EventLearner", "MIN_POSITIVES", "NEGATIVES_PER_POSITIVE", "NUM_LEAVES", "ROUNDS",
-           "calibrated",
-           "calibration", "classifier_params", "default_windows", "fit_predictor",
-           "label_rows", "negative_rate"]
+__all__ = ["CHALLENGE_HOLDOUT", "EventLearner", "MIN_POSITIVES", "NEGATIVES_PER_POSITIVE",
+           "NUM_LEAVES", "ROUNDS", "calibrated", "calibration", "challenge", "classifier_params",
+           "default_windows", "fit_predictor", "known_rows", "label_rows", "log_loss",
+           "negative_rate", "policy_probabilities"]
 
 #: negatives kept per positive row (the rest are down-sampled; see the module docstring).
 #: 200 was tried on sim.disks and ranked far worse at low false-alarm rates (recall 0.000
@@ -175,8 +175,7 @@ def fit_predictor(columns: dict[str, np.ndarray], key: str, event: str, horizon:
     learner is None with fewer than MIN_POSITIVES positive rows.  `columns` gains the
     window features' arrays."""
     ticks = np.asarray(columns["tick"], dtype=np.int64)
-    label, usable = label_rows(columns[key], ticks, columns[event], horizon)
-    usable &= label | (ticks <= ticks.max() - horizon)  # the outcome is known
+    label, usable = known_rows(columns, key, event, horizon)
     positives = int((label & usable).sum())
     figures = {"rows": int(usable.sum()), "positives": positives}
     if positives < MIN_POSITIVES or figures["rows"] == positives:
@@ -193,6 +192,83 @@ def fit_predictor(columns: dict[str, np.ndarray], key: str, event: str, horizon:
 
 #: positive rows before a first fit
 MIN_POSITIVES = 20
+#: the newest share of a host's labelled rows (by tick) on which a fleet predictor and the
+#: host's own are judged (`challenge`)
+CHALLENGE_HOLDOUT = 0.2
+
+
+def known_rows(columns: dict[str, np.ndarray], key: str, event: str, horizon: int
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """(label, usable) of `label_rows`, usable only where the outcome is known: a positive,
+    or a row at least `horizon` ticks older than the newest (no event yet is no answer)."""
+    ticks = np.asarray(columns["tick"], dtype=np.int64)
+    label, usable = label_rows(columns[key], ticks, columns[event], horizon)
+    usable &= label | (ticks <= ticks.max() - horizon)
+    return label, usable
+
+
+def log_loss(p: np.ndarray, label: np.ndarray) -> float:
+    """Mean negative log-likelihood of the labels under the probabilities (clipped)."""
+    p = np.clip(np.asarray(p, dtype=np.float64), 1e-7, 1 - 1e-7)
+    y = np.asarray(label, dtype=bool)
+    return float(-np.mean(np.where(y, np.log(p), np.log1p(-p))))
+
+
+def policy_probabilities(text: str, columns: dict[str, np.ndarray], key: str) -> np.ndarray:
+    """A predictor policy's probability for every row, its window features computed from
+    each entity's rows (the rule the proxy runs, `mlfs.abi.window_features`)."""
+    booster = lgb.Booster(model_str=text)
+    names = list(booster.feature_name())
+    missing = [n for n in names if n not in columns and window_feature(n) is None]
+    if missing:
+        raise ValueError(f"the policy reads columns these rows lack: {missing}")
+    cols = dict(columns)
+    cols.update(window_features(cols[key], cols["tick"], cols,
+                                [n for n in names if n not in columns]))
+    matrix = np.column_stack([np.asarray(cols[n], dtype=np.float64) for n in names])
+    return booster.predict(matrix, num_threads=1)
+
+
+def challenge(prior: str, columns: dict[str, np.ndarray], key: str, event: str,
+              horizon: int, fields: list[str], *, seed: int = 0) -> dict:
+    """A fleet predictor (`prior`, its policy text) against the host's own, on the host's rows.
+
+    A prior is worth what it predicts here.  The host's own candidate is fitted on the
+    older rows only (`fit_predictor`, as `mlfs train` fits); both predict the newest
+    CHALLENGE_HOLDOUT of the rows whose outcome is known, and the lower log loss wins.
+    `chosen` is "prior" while the host has too few positive rows of its own to fit a
+    candidate on the older rows, or none among the newest to judge by (a prior that never
+    alerts would otherwise win on quiet weeks); then "local" only on a lower loss.
+    """
+    ticks = np.asarray(columns["tick"], dtype=np.int64)
+    label, usable = known_rows(columns, key, event, horizon)
+    out: dict = {"chosen": "prior", "rows": int(usable.sum())}
+    if not usable.any():
+        return out | {"why": "no row whose outcome is known"}
+    cut = int(np.quantile(ticks[usable], 1.0 - CHALLENGE_HOLDOUT))
+    newest = usable & (ticks > cut)
+    out["holdout_rows"] = int(newest.sum())
+    out["holdout_positives"] = int((label & newest).sum())
+    if not out["holdout_positives"]:
+        return out | {"why": "no positive row (an event within the horizon) among the "
+                             "newest rows to judge by"}
+    older = {name: np.asarray(values)[ticks <= cut] for name, values in columns.items()}
+    local, figures = fit_predictor(older, key, event, horizon, fields, seed=seed)
+    if local is None:
+        return out | {"why": f"{figures['positives']} positive rows of its own among the "
+                             f"older ones, under {MIN_POSITIVES}"}
+    cols = dict(columns)
+    cols.update(window_features(cols[key], ticks, cols, local.features[len(fields):]))
+    judged = {name: np.asarray(values)[newest] for name, values in cols.items()}
+    out["prior_log_loss"] = log_loss(policy_probabilities(prior, columns, key)[newest],
+                                     label[newest])
+    out["local_log_loss"] = log_loss(local.predict(judged), label[newest])
+    if out["local_log_loss"] < out["prior_log_loss"]:
+        out["chosen"] = "local"
+    out["why"] = (f"log loss on the newest {out['holdout_rows']} rows "
+                  f"({out['holdout_positives']} positive): prior {out['prior_log_loss']:.5f}, "
+                  f"this host's own {out['local_log_loss']:.5f}")
+    return out
 
 
 def classifier_params(num_leaves: int = 15, seed: int = 0) -> dict:

@@ -672,7 +672,7 @@ def run_worker(
         from .predictor_worker import run_predictor
 
         return run_predictor(mountpoint, subsystem, model, stop=stop, max_seconds=max_seconds,
-                             log=log, seed=seed)
+                             log=log, seed=seed, initial_policy=initial_policy)
     worker = _Worker(mountpoint, subsystem, model, stop or threading.Event(), log,
                      prepare_seconds, seed, learning_ttl, relative, initial_policy, features)
     stats = worker.run(max_seconds)

@@ -193,8 +193,10 @@ def add_parser(sub) -> None:
                    help="the subsystem features the model may use (default all); leave out "
                    "those the knobs themselves move, above all a copy of the objective")
     p.add_argument("--fleet", metavar="URL",
-                   help="start from the newest fleet policy for the subsystem in this store "
-                   "whose sha256 matches its card (docs/fleet.md)")
+                   help="start from the newest fleet policy (a knob model's, or a "
+                   "subsystem with targets: a predictor) in this store whose sha256 "
+                   "matches its card; kept while it predicts this host's rows better than "
+                   "the host's own (docs/fleet.md)")
     p.add_argument("--fleet-version", type=int, metavar="N",
                    help="with --fleet: start from policy N instead of the newest")
     p.add_argument("--trusted-key", action="append", metavar="FILE",

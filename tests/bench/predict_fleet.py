@@ -11,7 +11,10 @@ predictor from them.  Then new hosts (seeds 0-4, never seen) start, each a year 
   features from each drive's rows so far; an alert at p >= the proxy's 0.5);
 - **alone**: what `mlfs train` does on the host's own rows, refitting every 30 days
   (`fit_predictor`: no model until 20 positive rows, i.e. the first failure it has seen);
-  until then the model alerts on nothing.
+  until then the model alerts on nothing;
+- **challenged**: what `mlfs train --fleet` does: the fleet policy from day 0, challenged
+  at every refit by the host's own (`trainers.predictor.challenge`, log loss on the
+  host's newest rows) and dropped for the host's own model once that wins.
 
 Both are scored with the one rule (`mlfs.core.outcomes`) against SMART's threshold trip on
 the same drive-days, over the first 90 days and over the year: recall, false alarms per
@@ -32,7 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from mlfs.backends.sim_disks import RECORDS, SimDisks, smart_threshold_rule
-from mlfs.trainers.predictor import fit_predictor
+from mlfs.trainers.predictor import challenge, fit_predictor
 
 from mlfs.abi import window_features
 from mlfs.core.outcomes import efficiency
@@ -105,6 +108,22 @@ def alone_p(columns) -> tuple[np.ndarray, int | None]:
     return p, first
 
 
+def challenged_p(policy: PredictionPolicy, columns, p_prior: np.ndarray,
+                 p_alone: np.ndarray) -> tuple[np.ndarray, int | None]:
+    """The fleet policy until a refit's challenge drops it, then the host's own (the
+    same refits as `alone_p`): the probabilities and the day it was dropped (None)."""
+    p = p_prior.copy()
+    for start in range(REFIT_DAYS, int(columns["tick"].max()) + 1, REFIT_DAYS):
+        seen = subset(columns, columns["tick"] < start)
+        verdict = challenge(policy.text.decode(), seen, "drive_id", "failed", HORIZON,
+                            FEATURES)
+        if verdict["chosen"] == "local":
+            later = columns["tick"] >= start
+            p[later] = p_alone[later]
+            return p, start
+    return p, None
+
+
 def scored(columns, alerts, days: int, target) -> dict:
     keep = columns["tick"] < days
     part = subset(columns, keep)
@@ -138,17 +157,22 @@ def main(argv: list[str] | None = None) -> dict:
                      "hosts": {}}
     for seed in NEW_HOSTS:
         columns = simulate(seed, args.drives, args.days)
-        with_fleet = policy_p(policy, columns) >= ALERT_THRESHOLD
+        p_prior = policy_p(policy, columns)
+        with_fleet = p_prior >= ALERT_THRESHOLD
         p_alone, first = alone_p(columns)
         alone = p_alone >= ALERT_THRESHOLD
+        p_challenged, dropped = challenged_p(policy, columns, p_prior, p_alone)
+        challenged = p_challenged >= ALERT_THRESHOLD
         results["hosts"][seed] = {
-            "first_local_model_day": first,
+            "first_local_model_day": first, "fleet_policy_dropped_day": dropped,
             **{f"first_{d}_days": {"with_fleet_policy": scored(columns, with_fleet, d, target),
-                                   "alone": scored(columns, alone, d, target)}
+                                   "alone": scored(columns, alone, d, target),
+                                   "challenged": scored(columns, challenged, d, target)}
                for d in PERIODS}}
-        print(f"seed {seed}: first local model on day {first}")
+        print(f"seed {seed}: first local model on day {first}; the fleet policy dropped on "
+              f"day {dropped}")
         for d in PERIODS:
-            for side in ("with_fleet_policy", "alone"):
+            for side in ("with_fleet_policy", "alone", "challenged"):
                 f = results["hosts"][seed][f"first_{d}_days"][side]
                 print(f"  first {d:3d} days {side:17} failures {f['failures']:3d} recall "
                       f"{f['recall']:.3f} (rule {f['rule_recall']:.3f}) false alarms "

@@ -143,3 +143,45 @@ def test_dashboard_serves_http_on_the_address_given_while_training(disks_store):
     assert trainer.returncode == 0, err[-3000:]
     assert f"dashboard http://127.0.0.1:{port}/status" in stage_lines(err)[0]
     assert out.startswith("mlfs fleet train: published sim.disks policy ")
+
+
+def test_a_new_host_starts_from_the_signed_fleet_predictor(disks_store, tmp_path):
+    """`mlfs train --fleet` on a predictor subsystem: the fleet predictor a trusted key
+    signed is the new host's policy before it has seen a failure of its own."""
+    from mlfs.client import end_process
+
+    store, _ = disks_store
+    key = tmp_path / "fleet.key"
+    made = subprocess.run(mlfs_command("fleet", "keygen", str(key)), capture_output=True,
+                          text=True, timeout=60, cwd=REPO)
+    assert made.returncode == 0, made.stderr
+    done = subprocess.run(
+        mlfs_command("fleet", "train", "--store", str(store), "--subsystem", "sim.disks",
+                     "--folds", "0", "--key", str(key), "--json"),
+        capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+    card = json.loads(done.stdout)
+    expected = (store / "policies" / "sim.disks" / f"{card['version']:010d}.txt").read_text()
+    root = new_mount_root()
+    # a new host (seed 7) of 200 drives: days pass, but its first failure is far off
+    host = Mount(root, config=sim_disks_config(seed=7, drives=200), name="newcomer")
+    log_path = tmp_path / "train.log"
+    trainer = None
+    try:
+        host.start()
+        with open(log_path, "wb") as log:
+            trainer = subprocess.Popen(
+                mlfs_command("train", str(host.mountpoint), "sim.disks", "--fleet", str(store),
+                             "--trusted-key", f"{key}.pub", "--max-seconds", "120"),
+                stdout=log, stderr=log, cwd=REPO)
+        policy = host.mountpoint / "sim.disks" / "models" / "lgbm" / "policy"
+        wait_for(lambda: policy.exists() and policy.read_text() == expected, timeout=120,
+                 interval=0.05, what="the fleet predictor as the new host's policy")
+    finally:
+        if trainer is not None:
+            end_process(trainer)
+        host.kill(signal.SIGTERM)
+        shutil.rmtree(root, ignore_errors=True)
+    log = log_path.read_text()
+    assert f"starting from fleet policy {card['version']} " in log
+    assert "the fleet predictor uploaded as the policy" in log
