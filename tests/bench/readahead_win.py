@@ -100,6 +100,7 @@ from pathlib import Path
 from mlfs.backends.blktrace import tracer_unavailable
 
 from tests.bench import scoring
+from tests.bench.provenance import measured_commit
 from tests.bench.readahead_experiment import MIB, drop_cache, make_file, scratch_filesystem
 from tests.bench.win_harness import (
     CONDITIONS,
@@ -449,6 +450,7 @@ def run_mlfs(args: argparse.Namespace, work: WorkloadProcess, device: str, root:
 
 
 def experiment(args: argparse.Namespace) -> int:
+    commit = measured_commit()  # at the start: edits made while it runs are not it
     log = logging.getLogger("mlfs.train")
     other_ra = {d: get_read_ahead(d) for d in ("vda", "sda", "nvme0n1")
                 if Path(f"/sys/block/{d}").exists()}
@@ -539,8 +541,9 @@ def experiment(args: argparse.Namespace) -> int:
         {ra: {k: round(v, 1) for k, v in row.items()} for ra, row in sweep.items()}))
     print(f"mlfs: {json.dumps(info)}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"results": results, "sweep": sweep,
-                                               "best": best, "mlfs": info}, indent=1))
+        Path(args.json).write_text(json.dumps({"commit": commit, "results": results,
+                                               "sweep": sweep, "best": best, "mlfs": info},
+                                              indent=1))
     return 0 if ok else 1
 
 

@@ -284,10 +284,23 @@ def readahead_scores(data: dict) -> dict:
             "best_kb": data["best"], "repeats": len(cond["mlfs"])}
 
 
-def readahead(out: Outputs) -> Row:
-    rels = [f"{BENCH}/{f}" for f in READAHEAD if out.exists(f"{BENCH}/{f}")]
+def newest_readahead_runs(out: Outputs) -> list[str]:
+    """readahead-win-<commit>.json: the runs that name the commit they measured."""
+    return sorted(r for r in out.glob(f"{BENCH}/readahead-win-*.json")
+                  if re.fullmatch(r"readahead-win-[0-9a-f]{7,40}", Path(r).stem))
+
+
+def readahead(out: Outputs, newest: bool = False) -> Row:
+    """The three runs of unrecorded date and commit, or (`newest`) the runs since, each
+    named readahead-win-<commit>.json."""
+    if newest:
+        rels = newest_readahead_runs(out)
+    else:
+        rels = [f"{BENCH}/{f}" for f in READAHEAD if out.exists(f"{BENCH}/{f}")]
     measured = "a loop device, three phases, application MiB/s"
-    command = "`python -m tests.bench.readahead_win` (as root; `--seed 1`, `--seed 2`)"
+    command = ("`python -m tests.bench.readahead_win --json docs/bench/readahead-win-COMMIT"
+               ".json` (as root)" if newest else
+               "`python -m tests.bench.readahead_win` (as root; `--seed 1`, `--seed 2`)")
     if not rels:
         return missing("read-ahead on a real device", measured, "", command)
     scores = [readahead_scores(out.json(r)) for r in rels]
@@ -302,7 +315,10 @@ def readahead(out: Outputs) -> Row:
                oracle_share=percent([s["share"] for s in scores]),
                worst_phase=worst_phase(scores),
                runs=runs_cell(len(scores), note=f"{scores[0]['repeats']} interleaved "
-                              "repeats each; date and commit not recorded"),
+                              "repeats each; " + (
+                                  "at " + ", ".join(Path(r).stem.rsplit("-", 1)[1]
+                                                    for r in rels) if newest
+                                  else "date and commit not recorded")),
                command=command)
 
 
@@ -545,7 +561,9 @@ def queue(out: Outputs) -> Row:
 
 
 def rows(out: Outputs) -> list[Row]:
-    return [learning(out), readahead(out), *dirty(out), writeback(out), queue(out),
+    newest_readahead = [readahead(out, newest=True)] if newest_readahead_runs(out) else []
+    return [learning(out), readahead(out), *newest_readahead, *dirty(out), writeback(out),
+            queue(out),
             fleet_coldstart(out), fleet_demo(out), predict(out), failing_predict(out),
             kmsg_dedup(out),
             bio_capture(out), kmsg_rates(out), records_ingest(out), exchange(out)]
