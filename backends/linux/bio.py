@@ -26,7 +26,10 @@ Completions the capture never saw.  On this machine's 6.18 kernel about one fio 
 200,000 requests in three completes 1, 32 or 64 requests without the block_rq_complete
 program running at all: its own run count (`kernel.bpf_stats_enabled`) falls short of
 rq_issue's and of the device's completed reads by exactly the records missing, with no
-recursion miss, and the ring was never full (docs/bench/bio-capture-runs/run_cnt.py).
+recursion miss, and the ring was never full (docs/bench/bio-capture-runs/run_cnt.py);
+bpftrace's count of the classic block:block_rq_complete tracepoint, a consumer sharing
+nothing else with the capture, falls short by the same number in the same runs
+(tracepoint_count.py): the kernel did not emit the tracepoint for those requests.
 No program can record what it is not run for, so the block layer's own count is the
 check: `CompletionLedger` compares each watched disk's completed reads, writes and
 discards (/sys/block/<dev>/stat) with the records of those operations, and what stays

@@ -555,9 +555,13 @@ def writeback(out: Outputs) -> Row:
 
 
 def queue(out: Outputs) -> Row:
+    """queue-win (the first run) and each queue-win-N folder since."""
+    later = {int(Path(p).parent.name.rsplit("-", 1)[1])
+             for p in out.glob(f"{BENCH}/queue-win-*/run*.json")}
     return fio_row(out, "block queue on fio workloads", "docs/bench/history.md",
                    "scheduler, nr_requests; mixed-rw + seq-read + db-commit, 4 s visits",
-                   ["queue-win"], "`python -m tests.bench.queue_win --quick` (as root)")
+                   ["queue-win", *(f"queue-win-{n}" for n in sorted(later))],
+                   "`python -m tests.bench.queue_win --quick` (as root)")
 
 
 def rows(out: Outputs) -> list[Row]:
