@@ -81,8 +81,13 @@ def run_predictor(mountpoint: str, subsystem: str, model: str = "lgbm", *,
                              "fleet": "prior" if initial_policy is not None else None}
     fleet = {"prior": initial_policy}
     if initial_policy is not None:
-        _upload(mdir, initial_policy, stats)
-        log.info("predictor trainer: the fleet predictor uploaded as the policy")
+        try:
+            _upload(mdir, initial_policy, stats)
+            log.info("predictor trainer: the fleet predictor uploaded as the policy")
+        except OSError as exc:  # the proxy refused it (errno and reason in `errors`)
+            fleet["prior"], stats["fleet"] = None, "refused"
+            log.error("predictor trainer: the fleet predictor was refused (%s); training "
+                      "alone", exc.strerror or exc)
     next_fit = started
     while not stop.is_set():
         now = time.monotonic()
@@ -126,9 +131,12 @@ def _fit_and_upload(sub: Path, mdir: Path, target: dict, features: list[str], se
     if prior is not None:
         verdict = {"chosen": "prior", "why": "no model of its own yet"}
         if learner is not None:
-            verdict = challenge(prior, {n: np.array(v) for n, v in cols.items()},
-                                target["key"], target["event"], int(target["horizon_ticks"]),
-                                features, seed=seed)
+            try:
+                verdict = challenge(prior, {n: np.array(v) for n, v in cols.items()},
+                                    target["key"], target["event"],
+                                    int(target["horizon_ticks"]), features, seed=seed)
+            except ValueError as exc:  # it reads columns this host's rows lack
+                verdict = {"chosen": "local", "why": f"it cannot predict these rows: {exc}"}
         stats["challenge"] = verdict
         if verdict["chosen"] == "prior":
             # re-uploaded: a trainer that uploads nothing is called silent by the proxy

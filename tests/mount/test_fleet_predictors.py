@@ -185,3 +185,47 @@ def test_a_new_host_starts_from_the_signed_fleet_predictor(disks_store, tmp_path
     log = log_path.read_text()
     assert f"starting from fleet policy {card['version']} " in log
     assert "the fleet predictor uploaded as the policy" in log
+
+
+def test_a_fleet_policy_the_proxy_refuses_leaves_the_trainer_training_alone(tmp_path):
+    """A signed fleet policy that is no predictor (a regression, a knob model's kind) is
+    refused by the new host's proxy: the trainer says so in one line and trains alone."""
+    from mlfs.client import end_process
+    from mlfs.fleet.signing import keygen
+    from mlfs.fleet.store import Store
+    from mlfs.fleet.train import publish
+
+    rng = np.random.default_rng(0)
+    x = rng.random((200, 2))
+    regression = lightgbm.train(
+        {"objective": "regression", "verbose": -1, "num_leaves": 4},
+        lightgbm.Dataset(x, label=x[:, 0], feature_name=["read_latency_ms", "errors"]),
+        num_boost_round=3).model_to_string()
+    store = tmp_path / "store"
+    key = tmp_path / "fleet.key"
+    keygen(key)
+    card = publish(Store(str(store)), "sim.disks", regression, {"kind": "knobs"}, key)
+    root = new_mount_root()
+    host = Mount(root, config=sim_disks_config(seed=8, drives=200), name="refuses")
+    log_path = tmp_path / "train.log"
+    trainer = None
+    try:
+        host.start()
+        with open(log_path, "wb") as log:
+            trainer = subprocess.Popen(
+                mlfs_command("train", str(host.mountpoint), "sim.disks", "--fleet", str(store),
+                             "--trusted-key", f"{key}.pub", "--max-seconds", "60"),
+                stdout=log, stderr=log, cwd=REPO)
+        wait_for(lambda: "the fleet predictor was refused" in log_path.read_text(),
+                 timeout=60, what="the trainer's line on the refused fleet policy")
+        errors = (host.mountpoint / "sim.disks" / "models" / "lgbm" / "errors").read_text()
+        assert trainer.poll() is None  # still training, alone
+    finally:
+        if trainer is not None:
+            end_process(trainer)
+        host.kill(signal.SIGTERM)
+        shutil.rmtree(root, ignore_errors=True)
+    log = log_path.read_text()
+    assert f"starting from fleet policy {card['version']} " in log
+    assert "Traceback" not in log
+    assert "regression" in errors  # the proxy's reason, in the model's errors file
