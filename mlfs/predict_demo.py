@@ -20,7 +20,7 @@ import threading
 import time
 from pathlib import Path
 
-from .client import MountProcess, read_attr_or
+from .client import EventStream, MountProcess, read_attr_or
 from .demo import start_daemon
 
 SUBSYSTEM = "sim.disks"
@@ -65,17 +65,17 @@ def run_predict_demo(seconds: float = 120.0, seed: int = 0) -> int:
 
     worker = threading.Thread(target=train, name="predictor-trainer", daemon=True)
     model = mountpoint / SUBSYSTEM / "models" / MODEL
+    events = EventStream(mountpoint / SUBSYSTEM / "events")
     try:
         worker.start()
-        last_mode = None
         started = time.monotonic()
+        print(f"  {0.0:6.1f} s  mode learning        (a new model)")
         while worker.is_alive():
-            mode = read_attr_or(model / "mode", "?").strip()
-            efficiency = read_attr_or(model / "efficiency", "?").strip()
-            if mode != last_mode:
-                print(f"  {time.monotonic() - started:6.1f} s  mode {mode:<15} "
-                      f"efficiency {efficiency}")
-                last_mode = mode
+            for event in events.read():
+                if event.get("event") == "mode" and event.get("model") == MODEL:
+                    efficiency = read_attr_or(model / "efficiency", "?").strip()
+                    print(f"  {time.monotonic() - started:6.1f} s  mode {event['to']:<15} "
+                          f"efficiency {efficiency}  ({event.get('why', '')})")
             worker.join(1.0)
         _summary(mountpoint, model, stats)
     except KeyboardInterrupt:
@@ -83,6 +83,7 @@ def run_predict_demo(seconds: float = 120.0, seed: int = 0) -> int:
         stop.set()
         worker.join(30)
     finally:
+        events.close()
         daemon.stop()
         shutil.rmtree(workdir, ignore_errors=True)
     return 0

@@ -27,6 +27,9 @@ import numpy as np
 from .learner import KnobLearner, candidate_values
 
 LEARNING_TTL = 10  # ticks: one ML tick at the default 10 % learning share
+#: a trainer uploads its policy again after this long without input: the proxy calls a
+#: trainer silent after `[modes] silence_seconds` (60 by default) and pins emergency
+POLICY_KEEPALIVE_SECONDS = 30.0
 FALLBACK_TTL = 3
 #: chance per tick, in collaboration and recommendation with a live policy, of a
 #: FALLBACK_TTL-tick exploration (within the trust region): about 3 % of ticks (0.7 %: seed 8 at

@@ -33,7 +33,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from mlfs.trainers.learner import KnobLearner, missing_features
-from mlfs.trainers.schedule import LEARNING_TTL, Steer, TrainerSchedule
+from mlfs.trainers.schedule import (
+    LEARNING_TTL,
+    POLICY_KEEPALIVE_SECONDS,
+    Steer,
+    TrainerSchedule,
+)
 
 from mlfs import client
 from mlfs.abi import NAME
@@ -43,7 +48,6 @@ __all__ = ["BadOptions", "run_worker"]
 FIT_MIN_ROWS = 200  # new rows before a (re)fit
 FIT_MIN_SECONDS = 2.0
 POLICY_MIN_SECONDS = 5.0  # each upload costs the daemon a check in a subprocess
-POLICY_KEEPALIVE_SECONDS = 30.0  # well inside the proxy's 60 s silence timeout
 PROGRESS_SECONDS = 5.0
 RESCAN_SECONDS = 5.0  # safety net for missed events
 START_RETRY_SECONDS = 2.0

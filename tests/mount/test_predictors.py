@@ -111,3 +111,41 @@ def test_mlfs_train_learns_a_predictor_and_uploads_a_calibrated_policy(disks):
     # window features (mlfs.abi): the proxy keeps each drive's last rows to compute them
     assert "errors_delta_1d__first60" in policy.split("feature_names=")[1].split("\n")[0]
     assert (model / "state").read_text() == "running\n"
+
+
+@pytest.mark.parametrize("keepalive", [1.0, None])
+def test_the_trainer_keeps_its_policy_alive_while_a_fit_runs_long(mount_root, policy_text,
+                                                                   keepalive):
+    """A refit on millions of rows can outlast the proxy's silence timeout: the trainer
+    uploads the policy in force again meanwhile, so the model is never called silent.
+    Here the silence timeout is 3 s and no refit comes after the first (the slow fit);
+    without the keep-alive (`None`) the model is pinned to emergency as silent."""
+    import threading
+
+    from mlfs.trainers.predictor_worker import run_predictor
+
+    config = DISKS.replace("silence_seconds = 600.0", "silence_seconds = 3.0")
+    mount = Mount(mount_root, config, name=f"keepalive-{keepalive}")
+    mount.start()
+    modes: list[str] = []
+    stats: dict = {}
+    try:
+        trainer = threading.Thread(target=lambda: stats.update(run_predictor(
+            str(mount.mountpoint), "sim.disks", "lgbm", max_seconds=8.0,
+            refit_seconds=1000.0, initial_policy=policy_text,
+            keepalive_seconds=keepalive or 1000.0)))
+        trainer.start()
+        mode = mount.mountpoint / "sim.disks" / "models" / "lgbm" / "mode"
+        while trainer.is_alive():
+            if mode.exists():
+                modes.append(mode.read_text().strip())
+            trainer.join(0.2)
+    finally:
+        mount.kill(signal.SIGTERM)
+    assert modes and modes[0] == "learning"
+    if keepalive:
+        assert "emergency" not in modes, modes
+        assert stats["keepalives"] >= 4  # one a second after the first upload
+    else:
+        assert "emergency" in modes  # the silence rule, which the keep-alive prevents
+        assert "keepalives" not in stats
