@@ -7,6 +7,7 @@ two run on different pytest-xdist workers.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -14,6 +15,8 @@ import shutil
 import signal
 import subprocess
 import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
 
 import lightgbm
 import numpy as np
@@ -65,6 +68,32 @@ def disks_store():
             m.kill(signal.SIGTERM)
     yield store, info
     shutil.rmtree(root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def new_host_training(seed: int, store: Path, key: Path, log_path: Path,
+                      seconds: int) -> Iterator[tuple[Mount, subprocess.Popen]]:
+    """A new sim.disks host of 200 drives (its first failure far off) with `mlfs train
+    --fleet STORE --trusted-key KEY.pub` running on it, its output in `log_path`; both
+    ended, the trainer by its pid, when the block leaves."""
+    from mlfs.client import end_process
+
+    root = new_mount_root()
+    host = Mount(root, config=sim_disks_config(seed=seed, drives=200), name=f"new{seed}")
+    trainer = None
+    try:
+        host.start()
+        with open(log_path, "wb") as log:
+            trainer = subprocess.Popen(
+                mlfs_command("train", str(host.mountpoint), "sim.disks", "--fleet", str(store),
+                             "--trusted-key", f"{key}.pub", "--max-seconds", str(seconds)),
+                stdout=log, stderr=log, cwd=REPO)
+        yield host, trainer
+    finally:
+        if trainer is not None:
+            end_process(trainer)
+        host.kill(signal.SIGTERM)
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def stage_lines(stderr: str) -> list[str]:
@@ -148,8 +177,6 @@ def test_dashboard_serves_http_on_the_address_given_while_training(disks_store):
 def test_a_new_host_starts_from_the_signed_fleet_predictor(disks_store, tmp_path):
     """`mlfs train --fleet` on a predictor subsystem: the fleet predictor a trusted key
     signed is the new host's policy before it has seen a failure of its own."""
-    from mlfs.client import end_process
-
     store, _ = disks_store
     key = tmp_path / "fleet.key"
     made = subprocess.run(mlfs_command("fleet", "keygen", str(key)), capture_output=True,
@@ -162,26 +189,11 @@ def test_a_new_host_starts_from_the_signed_fleet_predictor(disks_store, tmp_path
     assert done.returncode == 0, done.stderr[-3000:]
     card = json.loads(done.stdout)
     expected = (store / "policies" / "sim.disks" / f"{card['version']:010d}.txt").read_text()
-    root = new_mount_root()
-    # a new host (seed 7) of 200 drives: days pass, but its first failure is far off
-    host = Mount(root, config=sim_disks_config(seed=7, drives=200), name="newcomer")
     log_path = tmp_path / "train.log"
-    trainer = None
-    try:
-        host.start()
-        with open(log_path, "wb") as log:
-            trainer = subprocess.Popen(
-                mlfs_command("train", str(host.mountpoint), "sim.disks", "--fleet", str(store),
-                             "--trusted-key", f"{key}.pub", "--max-seconds", "120"),
-                stdout=log, stderr=log, cwd=REPO)
+    with new_host_training(7, store, key, log_path, 120) as (host, _):
         policy = host.mountpoint / "sim.disks" / "models" / "lgbm" / "policy"
         wait_for(lambda: policy.exists() and policy.read_text() == expected, timeout=120,
                  interval=0.05, what="the fleet predictor as the new host's policy")
-    finally:
-        if trainer is not None:
-            end_process(trainer)
-        host.kill(signal.SIGTERM)
-        shutil.rmtree(root, ignore_errors=True)
     log = log_path.read_text()
     assert f"starting from fleet policy {card['version']} " in log
     assert "the fleet predictor uploaded as the policy" in log
@@ -190,7 +202,6 @@ def test_a_new_host_starts_from_the_signed_fleet_predictor(disks_store, tmp_path
 def test_a_fleet_policy_the_proxy_refuses_leaves_the_trainer_training_alone(tmp_path):
     """A signed fleet policy that is no predictor (a regression, a knob model's kind) is
     refused by the new host's proxy: the trainer says so in one line and trains alone."""
-    from mlfs.client import end_process
     from mlfs.fleet.signing import keygen
     from mlfs.fleet.store import Store
     from mlfs.fleet.train import publish
@@ -205,26 +216,12 @@ def test_a_fleet_policy_the_proxy_refuses_leaves_the_trainer_training_alone(tmp_
     key = tmp_path / "fleet.key"
     keygen(key)
     card = publish(Store(str(store)), "sim.disks", regression, {"kind": "knobs"}, key)
-    root = new_mount_root()
-    host = Mount(root, config=sim_disks_config(seed=8, drives=200), name="refuses")
     log_path = tmp_path / "train.log"
-    trainer = None
-    try:
-        host.start()
-        with open(log_path, "wb") as log:
-            trainer = subprocess.Popen(
-                mlfs_command("train", str(host.mountpoint), "sim.disks", "--fleet", str(store),
-                             "--trusted-key", f"{key}.pub", "--max-seconds", "60"),
-                stdout=log, stderr=log, cwd=REPO)
+    with new_host_training(8, store, key, log_path, 60) as (host, trainer):
         wait_for(lambda: "the fleet predictor was refused" in log_path.read_text(),
                  timeout=60, what="the trainer's line on the refused fleet policy")
         errors = (host.mountpoint / "sim.disks" / "models" / "lgbm" / "errors").read_text()
         assert trainer.poll() is None  # still training, alone
-    finally:
-        if trainer is not None:
-            end_process(trainer)
-        host.kill(signal.SIGTERM)
-        shutil.rmtree(root, ignore_errors=True)
     log = log_path.read_text()
     assert f"starting from fleet policy {card['version']} " in log
     assert "Traceback" not in log

@@ -11,12 +11,14 @@ wrote (its stdout, read after SIGTERM), the device's completed reads
 rq_complete (run_cnt counts every device; recursion_misses is printed only when not 0).
 Its output at 65d7286 is run_cnt-65d7286.txt beside it.
 """
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -38,32 +40,53 @@ def programs() -> dict:
             for p in shown if p.get("name", "").startswith("rq_")}
 
 
-def main(runs: int) -> None:
-    binary = build()
+@contextlib.contextmanager
+def loop_device() -> Iterator[str]:
+    """A loop device over a fresh sparse 1 GiB file, detached and removed at the end."""
     with open(IMAGE, "wb") as f:
         f.truncate(1 << 30)
     dev = os.path.basename(subprocess.run(["losetup", "--find", "--show", str(IMAGE)],
                                           capture_output=True, text=True,
                                           check=True).stdout.strip())
-
-    def completed_reads() -> int:
-        return int(Path(f"/sys/block/{dev}/stat").read_text().split()[0])
-
     try:
+        yield dev
+    finally:
+        subprocess.run(["losetup", "-d", f"/dev/{dev}"], check=False)
+        IMAGE.unlink(missing_ok=True)
+        RECORDS.unlink(missing_ok=True)
+
+
+def completed_reads(dev: str) -> int:
+    return int(Path(f"/sys/block/{dev}/stat").read_text().split()[0])
+
+
+def start_loader(dev: str, out) -> subprocess.Popen:
+    """linux.bio's loader for `dev`, writing its records to `out`, once attached."""
+    loader = subprocess.Popen([str(build()), str(device_number(dev))], stdout=out,
+                              stderr=subprocess.PIPE)
+    assert loader.stderr.readline().strip() == b"ready"
+    return loader
+
+
+def records_written() -> np.ndarray:
+    """Everything the ended loader wrote: records and ring-full markers."""
+    return np.fromfile(RECORDS, dtype=RECORD)
+
+
+def main(runs: int) -> None:
+    with loop_device() as dev:
         for run in range(runs):
             with open(RECORDS, "wb") as out:
-                loader = subprocess.Popen([str(binary), str(device_number(dev))], stdout=out,
-                                          stderr=subprocess.PIPE)
-                assert loader.stderr.readline().strip() == b"ready"
-                before = completed_reads()
+                loader = start_loader(dev, out)
+                before = completed_reads(dev)
                 fio = subprocess.run([*FIO, f"--filename=/dev/{dev}"], capture_output=True,
                                      text=True, check=True)
-                reads = completed_reads() - before
+                reads = completed_reads(dev) - before
                 time.sleep(0.5)
                 counts = programs()
                 loader.send_signal(signal.SIGTERM)
                 loader.wait()
-            raw = np.fromfile(RECORDS, dtype=RECORD)
+            raw = records_written()
             markers = raw["issue_ns"] == MARKER
             ring_full = int(raw["sector"][markers].max()) if markers.any() else 0
             raw = raw[~markers]
@@ -71,10 +94,6 @@ def main(runs: int) -> None:
             print(f"run {run}: records {len(raw)}, device reads {reads}, fio {total_ios}, "
                   f"ring full {ring_full}, issue unseen {int((raw['issue_ns'] == 0).sum())}, "
                   f"programs {counts}", flush=True)
-    finally:
-        subprocess.run(["losetup", "-d", f"/dev/{dev}"], check=False)
-        IMAGE.unlink(missing_ok=True)
-        RECORDS.unlink(missing_ok=True)
 
 
 if __name__ == "__main__":

@@ -13,64 +13,48 @@ requests.  (kprobes on blk_update_request and blk_mq_end_request could not be at
 on this kernel.)
 """
 
-import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-from mlfs.backends.linux.bio import MARKER, RECORD, build, device_number  # noqa: E402
-
-IMAGE = Path("/tmp/mlfs-tracepoint-count.img")
-RECORDS = Path("/tmp/mlfs-tracepoint-count.bin")
-FIO = ["fio", "--name=r", "--rw=randread", "--bs=4k", "--iodepth=32", "--ioengine=libaio",
-       "--direct=1", "--number_ios=200000", "--output-format=json"]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from run_cnt import (  # noqa: E402  (beside this file)
+    FIO,
+    MARKER,
+    RECORDS,
+    completed_reads,
+    device_number,
+    loop_device,
+    records_written,
+    start_loader,
+)
 
 
 def main(runs: int) -> None:
-    binary = build()
-    with open(IMAGE, "wb") as f:
-        f.truncate(1 << 30)
-    dev = os.path.basename(subprocess.run(["losetup", "--find", "--show", str(IMAGE)],
-                                          capture_output=True, text=True,
-                                          check=True).stdout.strip())
-    program = (f"tracepoint:block:block_rq_complete /args->dev == {device_number(dev)}/ "
-               "{ @tp = count(); }")
-
-    def completed_reads() -> int:
-        return int(Path(f"/sys/block/{dev}/stat").read_text().split()[0])
-
-    try:
+    with loop_device() as dev:
+        program = (f"tracepoint:block:block_rq_complete /args->dev == {device_number(dev)}/ "
+                   "{ @tp = count(); }")
         for run in range(runs):
             with open(RECORDS, "wb") as out:
-                loader = subprocess.Popen([str(binary), str(device_number(dev))], stdout=out,
-                                          stderr=subprocess.PIPE)
-                assert loader.stderr.readline().strip() == b"ready"
+                loader = start_loader(dev, out)
                 tracer = subprocess.Popen(["bpftrace", "-e", program], stdout=subprocess.PIPE,
                                           stderr=subprocess.STDOUT, text=True)
                 time.sleep(6)  # bpftrace attaches
-                before = completed_reads()
+                before = completed_reads(dev)
                 subprocess.run([*FIO, f"--filename=/dev/{dev}"], capture_output=True,
                                check=True)
-                reads = completed_reads() - before
+                reads = completed_reads(dev) - before
                 time.sleep(0.5)
                 tracer.send_signal(signal.SIGINT)
                 counted = [line.split(":")[1].strip() for line in
                            tracer.communicate()[0].splitlines() if line.startswith("@tp")]
                 loader.send_signal(signal.SIGTERM)
                 loader.wait()
-            raw = np.fromfile(RECORDS, dtype=RECORD)
-            records = int((raw["issue_ns"] != MARKER).sum())
+            records = int((records_written()["issue_ns"] != MARKER).sum())
             print(f"run {run}: records {records}, device reads {reads}, "
                   f"block_rq_complete (bpftrace) {counted[0] if counted else '?'}", flush=True)
-    finally:
-        subprocess.run(["losetup", "-d", f"/dev/{dev}"], check=False)
-        IMAGE.unlink(missing_ok=True)
-        RECORDS.unlink(missing_ok=True)
 
 
 if __name__ == "__main__":
