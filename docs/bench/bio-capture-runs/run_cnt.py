@@ -25,6 +25,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from mlfs.backends.linux.bio import MARKER, RECORD, build, device_number  # noqa: E402
+from mlfs.bench.capture import loop_device as capture_loop_device  # noqa: E402
 
 IMAGE = Path("/tmp/mlfs-run-cnt-disk.img")
 RECORDS = Path("/tmp/mlfs-run-cnt-records.bin")
@@ -42,17 +43,12 @@ def programs() -> dict:
 
 @contextlib.contextmanager
 def loop_device() -> Iterator[str]:
-    """A loop device over a fresh sparse 1 GiB file, detached and removed at the end."""
-    with open(IMAGE, "wb") as f:
-        f.truncate(1 << 30)
-    dev = os.path.basename(subprocess.run(["losetup", "--find", "--show", str(IMAGE)],
-                                          capture_output=True, text=True,
-                                          check=True).stdout.strip())
+    """A loop device over a fresh sparse 1 GiB file (mlfs.bench.capture's), detached and
+    removed at the end, with the records file."""
     try:
-        yield dev
+        with capture_loop_device(IMAGE) as dev:
+            yield dev
     finally:
-        subprocess.run(["losetup", "-d", f"/dev/{dev}"], check=False)
-        IMAGE.unlink(missing_ok=True)
         RECORDS.unlink(missing_ok=True)
 
 
