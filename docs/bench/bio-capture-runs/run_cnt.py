@@ -13,7 +13,6 @@ Its output at 65d7286 is run_cnt-65d7286.txt beside it.
 """
 import contextlib
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -25,6 +24,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from mlfs.backends.linux.bio import MARKER, RECORD, build, device_number  # noqa: E402
+
 from mlfs.bench.capture import loop_device as capture_loop_device  # noqa: E402
 
 IMAGE = Path("/tmp/mlfs-run-cnt-disk.img")
