@@ -82,6 +82,15 @@ tick_seconds = 0.02
 """
 
 
+def fleet_push_once(mount, store: Path, timeout: float = 120.0) -> None:
+    """`mlfs fleet push MOUNT --store STORE --once` for a test host (it must succeed)."""
+    done = subprocess.run(
+        mlfs_command("fleet", "push", str(mount.mountpoint), "--store", str(store),
+                     "--state-dir", str(mount.state_dir), "--once"),
+        capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+
+
 def new_mount_root() -> Path:
     """A 0755 directory under /tmp (so `nobody` can traverse it) for a test's mounts;
     skips the test, saying why, where FUSE mounts cannot run."""

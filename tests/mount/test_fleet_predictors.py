@@ -25,7 +25,15 @@ import pytest
 
 from mlfs.core.verifier import verify
 from tests.dask_cluster import dask_cluster, free_port
-from tests.harness import REPO, Mount, mlfs_command, new_mount_root, sim_disks_config, wait_for
+from tests.harness import (
+    REPO,
+    Mount,
+    fleet_push_once,
+    mlfs_command,
+    new_mount_root,
+    sim_disks_config,
+    wait_for,
+)
 
 pytestmark = pytest.mark.mount
 
@@ -57,11 +65,7 @@ def disks_store():
         wait_for(lambda: min(days_sealed(m) for m in mounts) >= DISK_DAYS, timeout=120,
                  what=f"{DISK_DAYS} days sealed on each host")
         for m in mounts:
-            done = subprocess.run(
-                mlfs_command("fleet", "push", str(m.mountpoint), "--store", str(store),
-                             "--state-dir", str(m.state_dir), "--once"),
-                capture_output=True, text=True, timeout=120, cwd=REPO)
-            assert done.returncode == 0, done.stderr
+            fleet_push_once(m, store, timeout=120)
         info = json.loads((mounts[0].mountpoint / "sim.disks" / "info").read_text())
     finally:
         for m in mounts:

@@ -30,6 +30,7 @@ from tests.harness import (
     FAST_CONFIG,
     REPO,
     Mount,
+    fleet_push_once,
     mlfs_command,
     new_model,
     new_mount_root,
@@ -81,11 +82,7 @@ def fleet_store():
             step += 1
             time.sleep(0.1)
         for m in mounts:
-            done = subprocess.run(
-                mlfs_command("fleet", "push", str(m.mountpoint), "--store", str(store),
-                             "--state-dir", str(m.state_dir), "--once"),
-                capture_output=True, text=True, timeout=60, cwd=REPO)
-            assert done.returncode == 0, done.stderr
+            fleet_push_once(m, store, timeout=60)
             hosts.append((m.mountpoint / "host").read_text().strip())
         info = json.loads((mounts[0].sub / "info").read_text())
     finally:
