@@ -29,7 +29,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
 from mlfs import client
@@ -145,9 +144,12 @@ class _Uploads:
 
     def put(self, text: str) -> None:
         with self._lock:
-            with open(self.mdir / "policy", "w") as fh:
-                fh.write(text)
-            self.text, self.at = text, time.monotonic()
+            try:
+                with open(self.mdir / "policy", "w") as fh:
+                    fh.write(text)
+            finally:  # a refused upload is tried again one interval later, not at once
+                self.at = time.monotonic()
+            self.text = text
             self.stats["policies"] += 1
 
     def keep_alive(self, now: float) -> None:
@@ -176,8 +178,7 @@ def _fit_and_upload(sub: Path, target: dict, features: list[str], seed: int,
         verdict = {"chosen": "prior", "why": "no model of its own yet"}
         if learner is not None:
             try:
-                verdict = challenge(prior, {n: np.array(v) for n, v in cols.items()},
-                                    target["key"], target["event"],
+                verdict = challenge(prior, cols, target["key"], target["event"],
                                     int(target["horizon_ticks"]), features, seed=seed)
             except ValueError as exc:  # it reads columns this host's rows lack
                 verdict = {"chosen": "local", "why": f"it cannot predict these rows: {exc}"}

@@ -186,20 +186,45 @@ def device_number(name: str) -> int:
     return (major << 20) | minor
 
 
-def completed_requests(devices: list[str] | None) -> int:
-    """Reads, writes and discards the block layer has completed on `devices` (None: every
-    whole disk in /sys/block) since each was added: what the records are checked against.
-    A flush is not among them: the block layer does not account its flush sequences as
-    requests of their own."""
-    names = devices if devices is not None else [p.name for p in Path("/sys/block").iterdir()]
-    total = 0
-    for name in names:
-        try:
-            fields = Path(f"/sys/block/{name}/stat").read_text().split()
-        except OSError:
-            continue  # removed meanwhile: its requests stop counting on both sides
-        total += sum(int(fields[i]) for i in STAT_COMPLETED if i < len(fields))
-    return total
+class BlockCompletions:
+    """Reads, writes and discards the block layer completed on `devices` (None: every
+    disk in /sys/block) since each was first seen: what the records are checked against.
+
+    Only request-based disks count (/sys/block/<dev>/mq exists): a bio-based one (md,
+    device-mapper, zram) accounts its I/O in `stat` but issues no request, so no record
+    could ever match it.  A flush is not counted: the block layer does not account its
+    flush sequences as requests of their own.  A disk's count starts where it was when
+    the disk was first seen (one added mid-run brings no history), and from zero when it
+    goes down (a disk of the same name made anew: all its requests are this run's)."""
+
+    def __init__(self, devices: list[str] | None) -> None:
+        self.devices = devices
+        self._first: dict[str, int] = {}
+        self._last: dict[str, int] = {}
+        self._done = 0  # the counts of disks removed or made anew, kept
+
+    def _counts(self) -> dict[str, int]:
+        names = (self.devices if self.devices is not None
+                 else [p.name for p in Path("/sys/block").iterdir()])
+        out = {}
+        for name in names:
+            try:
+                if not Path(f"/sys/block/{name}/mq").is_dir():
+                    continue
+                fields = Path(f"/sys/block/{name}/stat").read_text().split()
+            except OSError:
+                continue  # removed meanwhile: its requests stop counting on both sides
+            out[name] = sum(int(fields[i]) for i in STAT_COMPLETED if i < len(fields))
+        return out
+
+    def total(self) -> int:
+        for name, count in self._counts().items():
+            first = self._first.setdefault(name, count)
+            if count < self._last.get(name, first):  # made anew under the same name:
+                self._done += self._last[name] - first  # all it did since is this run's
+                self._first[name] = 0
+            self._last[name] = count
+        return self._done + sum(self._last[n] - self._first[n] for n in self._last)
 
 
 class CompletionLedger:
@@ -296,8 +321,8 @@ class LinuxBio(Subsystem):
         self._last = time.monotonic()
         # the block layer's count, from just after the loader attached: what completes
         # from now on is recorded, or counted lost (`CompletionLedger`)
-        self._watched = [device] if device else None
-        self._ledger = CompletionLedger(completed_requests(self._watched), now=self._last)
+        self._completions = BlockCompletions([device] if device else None)
+        self._ledger = CompletionLedger(self._completions.total(), now=self._last)
 
     @property
     def pid(self) -> int:
@@ -346,7 +371,7 @@ class LinuxBio(Subsystem):
             self._dropped = max(total, self._dropped)
             raw = raw[~markers]
         counted = int(np.isin(raw["cmd_flags"] & 0xFF, COUNTED_OPS).sum())
-        lost += self._ledger.observe(time.monotonic(), completed_requests(self._watched),
+        lost += self._ledger.observe(time.monotonic(), self._completions.total(),
                                      counted, lost)
         self.lost_total += lost
         n = len(raw)
