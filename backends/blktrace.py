@@ -43,6 +43,7 @@ from __future__ import annotations
 import logging
 
 import numpy as np
+import pyarrow.compute as pc
 
 from .linux import bio
 
@@ -101,7 +102,8 @@ class RequestTracer:
         if not reads.any():
             return
         issued = np.asarray(records.column("issue_ns"))[reads]
-        completed = np.asarray(records.column("complete_ns"))[reads]
+        # null: a completion the capture did not see (its issue always was)
+        completed = np.asarray(pc.fill_null(records.column("complete_ns"), 0))[reads]
         # a request whose issue was not seen (issue_ns 0) is placed by its completion
         order = np.argsort(np.where(issued != 0, issued, completed), kind="stable")
         start = np.asarray(records.column("sector")).astype(np.int64)[reads][order]
@@ -119,7 +121,7 @@ class RequestTracer:
         totals["seq"] += int(seq.sum())
         totals["near"] += int(near.sum())
         totals["readahead"] += int(((flags[reads] & self._readahead_bit) != 0).sum())
-        timed = ~np.isnan(latency)  # a request whose issue was not seen has no latency
+        timed = ~np.isnan(latency)  # one end of the request not seen: no latency
         totals["completed"] += int(timed.sum())
         totals["latency_us"] += int(latency[timed].sum())
         totals["slow"] += int((latency[timed] > SLOW_US).sum())

@@ -22,19 +22,27 @@ Records the ring had no room for are counted on the kernel side; the loader repo
 running count, and each tick's new losses are `records_lost` (metric, `info`).  Loading
 is root's: every request names the pid that made it.
 
-Completions the capture never saw.  On this machine's 6.18 kernel about one fio run of
-200,000 requests in three completes 1, 32 or 64 requests without the block_rq_complete
-program running at all: its own run count (`kernel.bpf_stats_enabled`) falls short of
-rq_issue's and of the device's completed reads by exactly the records missing, with no
-recursion miss, and the ring was never full (docs/bench/bio-capture-runs/run_cnt.py);
-bpftrace's count of the classic block:block_rq_complete tracepoint, a consumer sharing
-nothing else with the capture, falls short by the same number in the same runs
-(tracepoint_count.py): the kernel did not emit the tracepoint for those requests.
-No program can record what it is not run for, so the block layer's own count is the
-check: `CompletionLedger` compares each watched disk's completed reads, writes and
-discards (/sys/block/<dev>/stat) with the records of those operations, and what stays
-unrecorded for more than `LEDGER_SLACK_SECONDS` is counted lost, beside the ring's
-losses: records + records_lost = the requests the device completed.
+Completions the kernel runs no program for.  On this machine's 6.18 kernel about one
+fio run of 200,000 requests in three completes 1, 32 or 64 requests without the
+block_rq_complete program running at all: its own run count (`kernel.bpf_stats_enabled`)
+falls short of rq_issue's and of the device's completed reads by exactly the records
+missing, with no recursion miss, and the ring was never full
+(docs/bench/bio-capture-runs/run_cnt.py); bpftrace's count of the classic
+block:block_rq_complete tracepoint falls short by the same number in the same runs
+(tracepoint_count.py), and so does a program on block_io_done, the tracepoint beside
+the line that counts the completion in /sys/block/<dev>/stat.  kprobes are not built
+into this kernel and it refuses fentry programs (EPERM), so no other hook sees them.
+What every request does have is an issue: the block layer hands a `struct request` out
+again only once it has completed (a requeue, block_rq_requeue, forgets it first), so
+an issue finding its struct still in `started`, unrecorded, records that earlier
+request then: device, sector, bytes, operation, pid, issue time and queue depth, with
+`complete_ns`, `latency_us` and `error` null (`records_table`).  The block layer's own
+count stays the check: `CompletionLedger` compares each watched disk's completed reads,
+writes and discards (/sys/block/<dev>/stat) with the records of those operations, and
+what stays unrecorded for more than `LEDGER_SLACK_SECONDS` is counted lost, beside the
+ring's losses: records + records_lost = the requests the device completed (a request
+recorded later than that, when its struct is reused only after the device went idle,
+leaves the count an upper bound).
 """
 
 from __future__ import annotations
@@ -53,6 +61,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from mlfs.abi import (
     EXTRA_RECORDS_LOST,
@@ -76,6 +85,9 @@ RECORD = np.dtype([("issue_ns", "<u8"), ("complete_ns", "<u8"), ("sector", "<u8"
                    ("queue_depth", "<u4"), ("error", "<i4")])
 assert RECORD.itemsize == 48
 MARKER = np.uint64(0xFFFFFFFFFFFFFFFF)
+#: `error` of a request whose completion no program saw (ERROR_UNKNOWN of blkreq.bpf.c):
+#: null in the dataset, as its `complete_ns` (0 in the record) is
+ERROR_UNKNOWN = np.int32(-(2 ** 31))
 #: bytes held between ticks at most (about 5.6 M requests); beyond, records are counted lost
 MAX_HELD = 256 << 20
 #: a completed request whose record has not come after this long is counted lost (the
@@ -375,21 +387,11 @@ class LinuxBio(Subsystem):
                                      counted, lost)
         self.lost_total += lost
         n = len(raw)
-        # issue_ns 0: the issue was not seen (before the capture, or refused): latency unknown
-        seen = raw["issue_ns"] != 0
-        latency = np.where(seen, (raw["complete_ns"] - raw["issue_ns"]).astype(np.float64)
-                           / 1000.0, np.nan)
-        table = pa.table({
-            "device": _device_names(raw["dev"]) if n else pa.array([], pa.string()),
-            "dev_major": raw["dev"] >> 20, "dev_minor": raw["dev"] & 0xFFFFF,
-            "sector": raw["sector"], "bytes": raw["bytes"],
-            "op": _ops(raw["cmd_flags"]), "cmd_flags": raw["cmd_flags"],
-            "issue_ns": raw["issue_ns"], "complete_ns": raw["complete_ns"],
-            "latency_us": latency, "queue_depth": raw["queue_depth"], "pid": raw["pid"],
-            "error": raw["error"],
-        })
+        table = records_table(raw)
+        latency = table.column("latency_us")
+        mean = pc.mean(latency).as_py() if n else None
         features = {"requests": n, "bytes": int(raw["bytes"].sum()),
-                    "latency_us_mean": float(np.nanmean(latency)) if seen.any() else math.nan,
+                    "latency_us_mean": math.nan if mean is None else mean,
                     "lost": lost}
         now = time.monotonic()
         objective = n / max(1e-9, now - self._last)
@@ -410,6 +412,28 @@ class LinuxBio(Subsystem):
 
     def close(self) -> None:
         self._stop()
+
+
+def records_table(raw: np.ndarray) -> pa.Table:
+    """The loader's records (`RECORD`, markers taken out) as the dataset's columns.
+
+    What the capture did not see is null, not a number: `issue_ns` 0 is an issue not
+    seen (before the capture, or its map update refused; kept as 0), `complete_ns` 0 and
+    `error` `ERROR_UNKNOWN` a completion the kernel ran no program for, and `latency_us`
+    is null when either end is unknown."""
+    seen = (raw["issue_ns"] != 0) & (raw["complete_ns"] != 0)
+    latency = (raw["complete_ns"] - raw["issue_ns"]).astype(np.float64) / 1000.0
+    return pa.table({
+        "device": _device_names(raw["dev"]) if len(raw) else pa.array([], pa.string()),
+        "dev_major": raw["dev"] >> 20, "dev_minor": raw["dev"] & 0xFFFFF,
+        "sector": raw["sector"], "bytes": raw["bytes"],
+        "op": _ops(raw["cmd_flags"]), "cmd_flags": raw["cmd_flags"],
+        "issue_ns": raw["issue_ns"],
+        "complete_ns": pa.array(raw["complete_ns"], mask=raw["complete_ns"] == 0),
+        "latency_us": pa.array(latency, mask=~seen), "queue_depth": raw["queue_depth"],
+        "pid": raw["pid"],
+        "error": pa.array(raw["error"], mask=raw["error"] == ERROR_UNKNOWN),
+    })
 
 
 def _ops(flags: np.ndarray) -> pa.Array:

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from mlfs.abi import (
     Objective,
@@ -150,7 +151,8 @@ class LinuxHealth(Subsystem):
             return counts
         dev = (np.asarray(requests.column("dev_major")).astype(np.int64) << 20) \
             | np.asarray(requests.column("dev_minor")).astype(np.int64)
-        failed = np.asarray(requests.column("error")) != 0
+        # null: completed, its status unseen (linux.bio's second hook): not an error
+        failed = np.asarray(pc.fill_null(pc.not_equal(requests.column("error"), 0), False))
         for device, number_ in self.dev.items():
             counts[device] = int((failed & (dev == number_)).sum())
         return counts

@@ -4,8 +4,13 @@
 // tracepoints, no tracefs and no kernel headers needed): block_rq_insert and
 // block_bio_queue note who submitted the request (at issue it is often a kworker),
 // block_rq_issue notes when it reached the driver and how many requests of its
-// device were in flight, block_rq_complete emits the record.  A record the ring has no
-// room for is counted in `dropped`, never silently lost.
+// device were in flight, block_rq_complete emits the record.  This kernel now and then
+// runs no program on block_rq_complete (nor on block_io_done, where the block layer
+// counts the completion) for a request that completed: such a request is recorded when
+// its struct request is issued again, which the block layer does only once it has
+// completed (a requeue, block_rq_requeue, forgets it first), with its completion time
+// and status unknown.  A record the ring has no room for is counted in `dropped`,
+// never silently lost.
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
@@ -27,9 +32,17 @@ struct record {
 
 struct start {
 	__u64 issue_ns;
+	__u64 sector;
 	__u32 pid;
 	__u32 queue_depth;
+	__u32 bytes;
+	__u32 cmd_flags;
+	__u32 recorded;  /* block_rq_complete emitted its record (if its delete was refused) */
+	__u32 pad;
 };
+
+/* `error` of a request whose completion no program saw: the status is unknown */
+#define ERROR_UNKNOWN (-2147483647 - 1)
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -82,6 +95,44 @@ static __always_inline __u32 rq_dev(struct request *rq)
 	return (major << 20) | minor;
 }
 
+/* one record into the ring, or a count in `dropped` when it has no room */
+static __always_inline void emit(__u32 dev, struct start *s, __u64 sector, __u32 bytes,
+				 __u32 cmd_flags, __s32 error, __u64 complete_ns)
+{
+	if (s) {
+		__u32 *n = bpf_map_lookup_elem(&inflight, &dev);
+		if (n && *n > 0)
+			__sync_fetch_and_add(n, -1);
+	}
+	struct record *r = bpf_ringbuf_reserve(&records, sizeof(*r), 0);
+	if (!r) {
+		__u32 zero = 0;
+		__u64 *d = bpf_map_lookup_elem(&dropped, &zero);
+		if (d)
+			*d += 1;
+		return;
+	}
+	r->issue_ns = s ? s->issue_ns : 0;
+	r->complete_ns = complete_ns;
+	r->sector = sector;
+	r->dev = dev;
+	r->bytes = bytes;
+	r->pid = s ? s->pid : 0;
+	r->cmd_flags = cmd_flags;
+	r->queue_depth = s ? s->queue_depth : 0;
+	r->error = error;
+	/* wake the loader per batch (WAKE_BYTES, WAKE_NS), not per request: a wakeup per
+	 * request is a context switch per request */
+	__u64 now = bpf_ktime_get_ns();
+	long wake = BPF_RB_NO_WAKEUP;
+	if (now - last_wake >= WAKE_NS ||
+	    bpf_ringbuf_query(&records, BPF_RB_AVAIL_DATA) >= WAKE_BYTES) {
+		wake = BPF_RB_FORCE_WAKEUP;
+		last_wake = now;  /* racing CPUs may both wake: harmless */
+	}
+	bpf_ringbuf_submit(r, wake);
+}
+
 SEC("tp_btf/block_rq_insert")
 int BPF_PROG(rq_insert, struct request *rq)
 {
@@ -96,8 +147,18 @@ int BPF_PROG(rq_issue, struct request *rq)
 	__u32 dev = rq_dev(rq);
 	if (only_dev && dev != only_dev)
 		return 0;
+	/* still here from this struct's last issue, not recorded and not requeued: that
+	 * request completed with no program run (see the top) */
+	struct start *before = bpf_map_lookup_elem(&started, &rq);
+	if (before && !before->recorded) {
+		emit(dev, before, before->sector, before->bytes, before->cmd_flags, ERROR_UNKNOWN, 0);
+		before->recorded = 1;  /* once, should the update below be refused */
+	}
 	struct start s = {};
 	s.issue_ns = bpf_ktime_get_ns();
+	s.sector = BPF_CORE_READ(rq, __sector);
+	s.bytes = BPF_CORE_READ(rq, __data_len);
+	s.cmd_flags = BPF_CORE_READ(rq, cmd_flags);
 	__u32 *pid = bpf_map_lookup_elem(&submitter, &rq);
 	if (pid) {
 		s.pid = *pid;
@@ -128,41 +189,27 @@ int BPF_PROG(rq_complete, struct request *rq, int error, unsigned int nr_bytes)
 	 * 30,000 on a loop device).  Such a request is recorded all the same, with
 	 * issue_ns 0 (unknown): a completed request is never left out */
 	struct start *s = bpf_map_lookup_elem(&started, &rq);
+	emit(dev, s, BPF_CORE_READ(rq, __sector), nr_bytes, BPF_CORE_READ(rq, cmd_flags), error,
+	     bpf_ktime_get_ns());
 	if (s) {
-		__u32 *n = bpf_map_lookup_elem(&inflight, &dev);
-		if (n && *n > 0)
-			__sync_fetch_and_add(n, -1);
-	}
-	struct record *r = bpf_ringbuf_reserve(&records, sizeof(*r), 0);
-	if (!r) {
-		__u32 zero = 0;
-		__u64 *d = bpf_map_lookup_elem(&dropped, &zero);
-		if (d)
-			*d += 1;
-		if (s)
-			bpf_map_delete_elem(&started, &rq);
-		return 0;
-	}
-	r->issue_ns = s ? s->issue_ns : 0;
-	r->complete_ns = bpf_ktime_get_ns();
-	r->sector = BPF_CORE_READ(rq, __sector);
-	r->dev = dev;
-	r->bytes = nr_bytes;
-	r->pid = s ? s->pid : 0;
-	r->cmd_flags = BPF_CORE_READ(rq, cmd_flags);
-	r->queue_depth = s ? s->queue_depth : 0;
-	r->error = error;
-	/* wake the loader per batch (WAKE_BYTES, WAKE_NS), not per request: a wakeup per
-	 * request is a context switch per request */
-	__u64 now = r->complete_ns;
-	long wake = BPF_RB_NO_WAKEUP;
-	if (now - last_wake >= WAKE_NS ||
-	    bpf_ringbuf_query(&records, BPF_RB_AVAIL_DATA) >= WAKE_BYTES) {
-		wake = BPF_RB_FORCE_WAKEUP;
-		last_wake = now;  /* racing CPUs may both wake: harmless */
-	}
-	bpf_ringbuf_submit(r, wake);
-	if (s)
+		s->recorded = 1;  /* block_io_done must not record it again if the delete fails */
 		bpf_map_delete_elem(&started, &rq);
+	}
+	return 0;
+}
+
+/* A request taken back before it completed (the driver was busy): issued again later,
+ * it is the same request, not one whose completion went unseen */
+SEC("tp_btf/block_rq_requeue")
+int BPF_PROG(rq_requeue, struct request *rq)
+{
+	struct start *s = bpf_map_lookup_elem(&started, &rq);
+	if (!s)
+		return 0;
+	__u32 dev = rq_dev(rq);
+	__u32 *n = bpf_map_lookup_elem(&inflight, &dev);
+	if (n && *n > 0)
+		__sync_fetch_and_add(n, -1);
+	bpf_map_delete_elem(&started, &rq);
 	return 0;
 }

@@ -38,7 +38,7 @@ def programs() -> dict:
     shown = json.loads(subprocess.run(["bpftool", "prog", "show", "--json"],
                                       capture_output=True, text=True, check=True).stdout)
     return {p["name"]: {k: p.get(k, 0) for k in ("run_cnt", "recursion_misses")}
-            for p in shown if p.get("name", "").startswith("rq_")}
+            for p in shown if p.get("name", "") in ("rq_insert", "rq_issue", "rq_complete", "rq_requeue")}
 
 
 @contextlib.contextmanager
@@ -89,6 +89,7 @@ def main(runs: int) -> None:
             total_ios = json.loads(fio.stdout)["jobs"][0]["read"]["total_ios"]
             print(f"run {run}: records {len(raw)}, device reads {reads}, fio {total_ios}, "
                   f"ring full {ring_full}, issue unseen {int((raw['issue_ns'] == 0).sum())}, "
+                  f"completion unseen {int((raw['complete_ns'] == 0).sum())}, "
                   f"programs {counts}", flush=True)
 
 
