@@ -3,7 +3,6 @@ that reads as a measurement (`records_table`)."""
 
 import numpy as np
 import pyarrow.compute as pc
-
 from mlfs.backends.linux.bio import ERROR_UNKNOWN, RECORD, records_table
 
 
