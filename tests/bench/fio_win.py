@@ -136,6 +136,9 @@ apply = {{dirty_ratio = [2, 80], dirty_background_ratio = [1, 40]}}
 # default in disguise only split the training rows (docs/bench/dirty-win-8, run 202:
 # a policy chose 32 % in checkpoint on 14 settled rows)
 DIRTY_BACKGROUND_RANGE = (1, 10)
+CONFIGS["readahead"] = CONFIGS["queue"].replace(
+    'apply = {{scheduler = ["none", "mq-deadline", "kyber", "bfq"], nr_requests = [8, 256]}}',
+    "apply = {{read_ahead_kb = [0, 4096]}}")
 CONFIGS["dirty"] = CONFIGS["writeback"].replace(
     "apply = {{dirty_ratio = [2, 80], dirty_background_ratio = [1, 40]}}",
     "apply = {{{{dirty_background_ratio = [{}, {}]}}}}".format(*DIRTY_BACKGROUND_RANGE))
@@ -152,7 +155,7 @@ DEVICE_CAP_MB_PER_S = {"dirty": 1000}
 #: the most a measured buffered writer may run ahead of its flushes, per candidate:
 #: 64 MiB (a fraction of a second at the loop's speed) keeps fio's per-second rate the
 #: durable one; "dirty"'s checkpoint flushes every 512 MiB, half a second at its cap
-MAX_UNFLUSHED_MIB = {"queue": 64, "writeback": 64, "dirty": 512}
+MAX_UNFLUSHED_MIB = {"queue": 64, "writeback": 64, "dirty": 512, "readahead": 64}
 
 #: the knobs the experiment lets mlfs (and the sweep's best static) set: for
 #: writeback the two ratios, whose effect the sweep found robust (stream-write
@@ -160,7 +163,7 @@ MAX_UNFLUSHED_MIB = {"queue": 64, "writeback": 64, "dirty": 512}
 #: exploration space too big for minutes of training
 WIN_KNOBS = {"queue": ("scheduler", "nr_requests"),
              "writeback": ("dirty_ratio", "dirty_background_ratio"),
-             "dirty": ("dirty_background_ratio",)}
+             "dirty": ("dirty_background_ratio",), "readahead": ("read_ahead_kb",)}
 
 
 #: the features the model may use (`mlfs train --features`; absent: all).  For the
@@ -233,10 +236,12 @@ def with_chosen(sweep: dict, chosen: dict, phases: tuple[str, ...]) -> dict:
 
 
 def subsystem_name(candidate: str, device: str) -> str:
-    return f"linux.block.{device}" if candidate == "queue" else "linux.vm"
+    return f"linux.block.{device}" if candidate in ("queue", "readahead") else "linux.vm"
 
 
 def knob_files(candidate: str, device: str) -> dict[str, Path]:
+    if candidate == "readahead":
+        return {"read_ahead_kb": Path(f"/sys/block/{device}/queue/read_ahead_kb")}
     if candidate == "queue":
         q = Path(f"/sys/block/{device}/queue")
         return {"scheduler": q / "scheduler", "nr_requests": q / "nr_requests"}

@@ -114,6 +114,24 @@ CANDIDATES: dict[str, dict] = {
             {"scheduler": "mq-deadline", "nr_requests": 8},
         ],
     },
+    # read_ahead_kb under fio: each visit is one fio process that opens its files at
+    # its start, so the value in place then is the one its reads get all visit long
+    # (the kernel copies read_ahead_kb into a file's readahead state at open): an
+    # application that keeps its files open, which readahead_win's workload (reopening
+    # every 50 ms) is not.  A scan wants a large window, page faults on a mapping a
+    # small one (every fault reads the window around it)
+    "readahead": {
+        "phases": ("seq-scan", "mmap-lookup"),
+        "settings": [
+            {},
+            {"read_ahead_kb": 0},
+            {"read_ahead_kb": 16},
+            {"read_ahead_kb": 64},
+            {"read_ahead_kb": 128},
+            {"read_ahead_kb": 512},
+            {"read_ahead_kb": 2048},
+        ],
+    },
 }
 
 
@@ -127,6 +145,10 @@ def controller_for(candidate: str, device: str, state: Path) -> KnobController:
         specs = {k: v for k, v in VM_SPECS.items() if k.startswith("dirty_")}
         rules = {k: (specs[k].lo, specs[k].hi) for k in specs}
         return KnobController("sweep.writeback", specs, rules, state)
+    if candidate == "readahead":
+        specs = {"read_ahead_kb": specs_for(device)["read_ahead_kb"]}
+        rules = {"read_ahead_kb": (specs["read_ahead_kb"].lo, specs["read_ahead_kb"].hi)}
+        return KnobController(f"sweep.readahead.{device}", specs, rules, state)
     specs = {k: v for k, v in specs_for(device).items() if k != "read_ahead_kb"}
     choices = specs["scheduler"].kernel_choices()
     rules = {"scheduler": frozenset(choices), "nr_requests": (specs["nr_requests"].lo,
