@@ -70,18 +70,3 @@ def test_the_trainers_fit_names_window_features_the_proxy_computes_the_same_way(
             p = policy.predict(pa.table({n: day[n] for n in RECORDS}), got)
             np.testing.assert_allclose(p, learner.predict({k: v[rows] for k, v in
                                                            columns.items()}), rtol=1e-6)
-
-
-def test_hard_negatives_kept_whole_leave_the_calibration_exact():
-    # a second fit on the first fit's hardest negatives (at weight r) and a 1-in-r sample
-    # of the rest counts every negative r of itself in expectation, as the down-sampled
-    # fit does: the ln r shift in the first tree still gives true probabilities
-    columns, y, truth = _data()
-    learner = EventLearner(["x", "noise"], negative_rate=0.05, rounds=80,
-                           hard_per_positive=20).fit(columns, y)
-    p = learner.predict(columns)
-    assert abs(p.mean() - y.mean()) < 0.25 * y.mean()
-    high = truth > 0.2
-    assert abs(p[high].mean() - truth[high].mean()) < 0.1
-    model = verify(learner.policy_text().encode())
-    assert gives_probability(model)
