@@ -14,14 +14,6 @@ which are too high by exactly -ln r, are corrected by adding ln r to every leaf 
 first tree: a constant shift of the raw score, written into the policy itself.  A
 held-out check (`calibration`) compares mean predicted and observed rates per bin.
 
-Hard negatives.  A random 1-in-r sample is thin exactly where an alert threshold at a
-low false-alarm rate sits: among the few negatives that look like failures.  So the fit
-is stratified (`EventLearner(hard_per_positive=k)`): a first fit ranks every negative,
-the k-per-positive highest-scoring ones all join the second fit at weight r each, and
-the rest are sampled at rate r at weight 1.  Each negative still counts r of itself in
-expectation, so the shift above stays exact; the region that decides the alerts is
-seen whole instead of sampled.
-
 Window features.  A row says how a drive is today; what gives a failure away is often how
 it has been: errors on several of the last days, the first of them weeks ago, a latency
 above its own month.  `default_windows` picks window features (`mlfs.abi`'s grammar,
@@ -46,8 +38,7 @@ import numpy as np
 
 from mlfs.abi import window_feature, window_features
 
-__all__ = ["CHALLENGE_HOLDOUT", "EventLearner", "HARD_NEGATIVES_PER_POSITIVE", "MIN_POSITIVES",
-           "NEGATIVES_PER_POSITIVE",
+__all__ = ["CHALLENGE_HOLDOUT", "EventLearner", "MIN_POSITIVES", "NEGATIVES_PER_POSITIVE",
            "NUM_LEAVES", "ROUNDS", "calibrated", "calibration", "challenge", "classifier_params",
            "default_windows", "fit_predictor", "known_rows", "label_rows", "log_loss",
            "negative_rate", "policy_probabilities"]
@@ -57,9 +48,6 @@ __all__ = ["CHALLENGE_HOLDOUT", "EventLearner", "HARD_NEGATIVES_PER_POSITIVE", "
 #: at 1e-5 per drive-day where 50 gave 0.534, and the top decile over-predicted, 0.0110
 #: against 0.0073 observed: docs/bench/predict-sim-disks-negatives200.txt); not understood
 NEGATIVES_PER_POSITIVE = 50
-#: negatives per positive that a first fit ranks highest, all kept at weight r (see "Hard
-#: negatives" above)
-HARD_NEGATIVES_PER_POSITIVE = 50
 #: boosting rounds and leaves per tree of `mlfs train`'s predictor.  100 rounds of 15
 #: leaves left the highest scores one tied block on sim.disks (recall 0.021 at SMART's
 #: false-alarm rate); 200 of 31 split it (0.351 on the same rows, docs/bench)
@@ -102,7 +90,7 @@ class EventLearner:
     """A calibrated LightGBM classifier on the named columns."""
 
     def __init__(self, features: list[str], negative_rate: float = 0.05, rounds: int = 150,
-                 num_leaves: int = 15, seed: int = 0, hard_per_positive: int = 0) -> None:
+                 num_leaves: int = 15, seed: int = 0) -> None:
         if not 0.0 < negative_rate <= 1.0:
             raise ValueError("negative_rate must be in (0, 1]")
         self.features = list(features)
@@ -110,7 +98,6 @@ class EventLearner:
         self.rounds = rounds
         self.num_leaves = num_leaves
         self.seed = seed
-        self.hard_per_positive = hard_per_positive
         self.booster: lgb.Booster | None = None
         self._text: str | None = None
 
@@ -120,37 +107,22 @@ class EventLearner:
 
     def fit(self, columns: dict[str, np.ndarray], label: np.ndarray,
             usable: np.ndarray | None = None) -> EventLearner:
-        """Fit on the usable rows: every positive, negatives down-sampled (the hardest ones
-        kept whole at weight r, with `hard_per_positive`), then calibrate."""
+        """Fit on the usable rows: every positive, negatives down-sampled, then calibrate."""
         label = np.asarray(label, dtype=bool)
         keep = np.ones(len(label), bool) if usable is None else np.asarray(usable, bool)
         rng = np.random.default_rng(self.seed)
         sampled = label | (rng.random(len(label)) < self.negative_rate)
-        x = self._matrix(columns)
         rows = np.flatnonzero(keep & sampled)
-        weight = np.ones(len(rows))
-        if label[rows].all() or not label[rows].any():
+        x = self._matrix(columns)[rows]
+        y = label[rows].astype(np.float64)
+        if y.sum() == 0 or y.sum() == len(y):
             raise ValueError("need both positive and negative rows to learn a predictor")
-        booster = self._train(x[rows], label[rows], weight)
-        if self.hard_per_positive and self.negative_rate < 1.0:
-            negatives = np.flatnonzero(keep & ~label)
-            k = min(len(negatives), self.hard_per_positive * int((keep & label).sum()))
-            score = booster.predict(x[negatives], raw_score=True, num_threads=1)
-            hard = negatives[np.argpartition(-score, k - 1)[:k]]
-            easy = np.setdiff1d(rows, hard, assume_unique=True)
-            rows = np.concatenate([easy, hard])
-            weight = np.concatenate([np.ones(len(easy)),
-                                     np.full(len(hard), self.negative_rate)])
-            booster = self._train(x[rows], label[rows], weight)
+        data = lgb.Dataset(x, label=y, feature_name=self.features, params={"verbose": -1})
+        params = dict(classifier_params(self.num_leaves, self.seed), num_threads=1)
+        booster = lgb.train(params, data, num_boost_round=self.rounds)
         self._text = calibrated(booster.model_to_string(), self.negative_rate)
         self.booster = lgb.Booster(model_str=self._text)
         return self
-
-    def _train(self, x: np.ndarray, label: np.ndarray, weight: np.ndarray) -> lgb.Booster:
-        data = lgb.Dataset(x, label=label.astype(np.float64), weight=weight,
-                           feature_name=self.features, params={"verbose": -1})
-        params = dict(classifier_params(self.num_leaves, self.seed), num_threads=1)
-        return lgb.train(params, data, num_boost_round=self.rounds)
 
     def predict(self, columns: dict[str, np.ndarray]) -> np.ndarray:
         """Calibrated probabilities, one per row."""
@@ -199,8 +171,7 @@ def fit_predictor(columns: dict[str, np.ndarray], key: str, event: str, horizon:
     """What `mlfs train` fits for a predictor, from a record dataset's columns (with a
     `tick` column): labels, rows whose outcome is known, window features (`windows`, or
     `default_windows`), negatives down-sampled to NEGATIVES_PER_POSITIVE a positive,
-    the HARD_NEGATIVES_PER_POSITIVE hardest kept whole at weight r, ROUNDS rounds of
-    NUM_LEAVES leaves, calibrated.  Returns (learner, figures); the
+    ROUNDS rounds of NUM_LEAVES leaves, calibrated.  Returns (learner, figures); the
     learner is None with fewer than MIN_POSITIVES positive rows.  `columns` gains the
     window features' arrays."""
     ticks = np.asarray(columns["tick"], dtype=np.int64)
@@ -213,8 +184,7 @@ def fit_predictor(columns: dict[str, np.ndarray], key: str, event: str, horizon:
     columns.update(window_features(columns[key], ticks, columns, names))
     rate = negative_rate(positives, figures["rows"] - positives)
     learner = EventLearner([*fields, *names], negative_rate=rate, rounds=rounds,
-                           num_leaves=NUM_LEAVES, seed=seed,
-                           hard_per_positive=HARD_NEGATIVES_PER_POSITIVE)
+                           num_leaves=NUM_LEAVES, seed=seed)
     learner.fit(columns, label, usable)
     figures["negative_rate"] = rate
     return learner, figures
