@@ -566,10 +566,33 @@ def queue(out: Outputs) -> Row:
                    "`python -m tests.bench.queue_win --quick` (as root)")
 
 
+#: issue 33's workload families mlfs was never tuned on: (folder, experiment, measured,
+#: command); a row each once its folder is committed
+FAMILIES = (
+    ("readahead-fio-win", "read-ahead, files kept open",
+     "read_ahead_kb; fio seq-scan + mmap-lookup, each visit's files open from its start, "
+     "4 s visits", "`python -m tests.bench.readahead_fio_win --quick` (as root)"),
+    ("dirty-bursts", "dirty ratio, phases shorter than its carry-over",
+     "dirty_background_ratio; fio stream-burst + wal-commit, 6 s visits",
+     "`python -m tests.bench.dirty_win --quick --phases stream-burst,wal-commit --seconds 6 "
+     "--train-phase 6 --train-seconds 420 --judge-seconds 180` (as root)"),
+    ("queue-oltp-backup", "block queue, fast-alternating phases",
+     "scheduler, nr_requests; fio oltp + backup-read, 3 s visits",
+     "`python -m tests.bench.queue_win --quick --phases oltp,backup-read --seconds 3 "
+     "--train-phase 3` (as root)"),
+)
+
+
+def families(out: Outputs) -> list[Row]:
+    return [fio_row(out, experiment, "docs/bench/families.md", measured, [folder], command)
+            for folder, experiment, measured, command in FAMILIES
+            if out.glob(f"{BENCH}/{folder}/run*.json")]
+
+
 def rows(out: Outputs) -> list[Row]:
     newest_readahead = [readahead(out, newest=True)] if newest_readahead_runs(out) else []
     return [learning(out), readahead(out), *newest_readahead, *dirty(out), writeback(out),
-            queue(out),
+            queue(out), *families(out),
             fleet_coldstart(out), fleet_demo(out), predict(out), failing_predict(out),
             kmsg_dedup(out),
             bio_capture(out), kmsg_rates(out), records_ingest(out), exchange(out)]
