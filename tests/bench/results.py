@@ -572,6 +572,11 @@ FAMILIES = (
     ("readahead-fio-win", "read-ahead, files kept open",
      "read_ahead_kb; fio seq-scan + mmap-lookup, each visit's files open from its start, "
      "4 s visits", "`python -m tests.bench.readahead_fio_win --quick` (as root)"),
+    ("readahead-fio-noadvice", "read-ahead, files kept open, no advice",
+     "read_ahead_kb; fio seq-scan + mmap-index (no fadvise/madvise), each visit's files "
+     "open from its start, 4 s visits",
+     "`python -m tests.bench.readahead_fio_win --quick --phases seq-scan,mmap-index` "
+     "(as root)"),
     ("dirty-bursts", "dirty ratio, phases shorter than its carry-over",
      "dirty_background_ratio; fio stream-burst + wal-commit, 6 s visits",
      "`python -m tests.bench.dirty_win --quick --phases stream-burst,wal-commit --seconds 6 "
@@ -584,9 +589,18 @@ FAMILIES = (
 
 
 def families(out: Outputs) -> list[Row]:
-    return [fio_row(out, experiment, "docs/bench/families.md", measured, [folder], command)
-            for folder, experiment, measured, command in FAMILIES
-            if out.glob(f"{BENCH}/{folder}/run*.json")]
+    """A row per family: its folder and any `<folder>-N` of later runs."""
+    out_rows = []
+    for folder, experiment, measured, command in FAMILIES:
+        later = sorted(int(Path(p).parent.name.rsplit("-", 1)[1])
+                       for p in out.glob(f"{BENCH}/{folder}-*/run*.json")
+                       if Path(p).parent.name.rsplit("-", 1)[1].isdigit())
+        folders = [f for f in (folder, *(f"{folder}-{n}" for n in later))
+                   if out.glob(f"{BENCH}/{f}/run*.json")]
+        if folders:
+            out_rows.append(fio_row(out, experiment, "docs/bench/families.md", measured,
+                                    folders, command))
+    return out_rows
 
 
 def rows(out: Outputs) -> list[Row]:
