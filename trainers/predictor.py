@@ -39,7 +39,8 @@ import numpy as np
 from mlfs.abi import window_feature, window_features
 
 __all__ = ["CHALLENGE_HOLDOUT", "EventLearner", "MIN_POSITIVES", "NEGATIVES_PER_POSITIVE",
-           "NUM_LEAVES", "ROUNDS", "calibrated", "calibration", "challenge", "classifier_params",
+           "NUM_LEAVES", "ROUNDS", "SAMPLED_LEAF_ROWS", "calibrated", "calibration", "challenge",
+           "classifier_params",
            "default_windows", "fit_predictor", "known_rows", "label_rows", "log_loss",
            "negative_rate", "policy_probabilities"]
 
@@ -53,6 +54,13 @@ NEGATIVES_PER_POSITIVE = 50
 #: false-alarm rate); 200 of 31 split it (0.351 on the same rows, docs/bench)
 ROUNDS = 200
 NUM_LEAVES = 31
+#: rows a leaf needs in a fit on down-sampled negatives.  Such a fit sees one negative in
+#: 1/r, so a leaf of LightGBM's usual 20 rows can hold a failure or two and a handful of
+#: negatives that each stand for 1/r others: its score is extreme and the very top of the
+#: ranking is noise (at 20, recall at SMART's false-alarm rate 0.351 against the offline
+#: model's 0.397; at 5, 0.000).  At 100, 0.435 (docs/bench/predict-sim-disks.md).  A fit on
+#: every negative keeps 20: the offline model at 100 fell to 0.142
+SAMPLED_LEAF_ROWS = 100
 
 _NEVER = np.iinfo(np.int64).max
 _LEAF_VALUE = re.compile(r"^leaf_value=(.*)$", re.M)
@@ -118,7 +126,8 @@ class EventLearner:
         if y.sum() == 0 or y.sum() == len(y):
             raise ValueError("need both positive and negative rows to learn a predictor")
         data = lgb.Dataset(x, label=y, feature_name=self.features, params={"verbose": -1})
-        params = dict(classifier_params(self.num_leaves, self.seed), num_threads=1)
+        params = dict(classifier_params(self.num_leaves, self.seed, self.negative_rate),
+                      num_threads=1)
         booster = lgb.train(params, data, num_boost_round=self.rounds)
         self._text = calibrated(booster.model_to_string(), self.negative_rate)
         self.booster = lgb.Booster(model_str=self._text)
@@ -271,10 +280,12 @@ def challenge(prior: str, columns: dict[str, np.ndarray], key: str, event: str,
     return out
 
 
-def classifier_params(num_leaves: int = 15, seed: int = 0) -> dict:
-    """LightGBM's parameters for a predictor (the fleet trainer fits with the same)."""
+def classifier_params(num_leaves: int = 15, seed: int = 0, negative_rate: float = 1.0) -> dict:
+    """LightGBM's parameters for a predictor (the fleet trainer fits with the same); a fit
+    on negatives down-sampled at `negative_rate` < 1 gets leaves of SAMPLED_LEAF_ROWS."""
+    leaf_rows = SAMPLED_LEAF_ROWS if negative_rate < 1.0 else 20
     return {"objective": "binary", "verbose": -1, "num_leaves": num_leaves,
-            "learning_rate": 0.05, "min_data_in_leaf": 20, "feature_fraction": 0.9,
+            "learning_rate": 0.05, "min_data_in_leaf": leaf_rows, "feature_fraction": 0.9,
             "bagging_fraction": 0.9, "bagging_freq": 1, "seed": seed, "deterministic": True}
 
 

@@ -144,7 +144,8 @@ def train_predictor(client, paths: list[str], futures: list, info: dict, *, fold
                     windows, rate, 0, "")
     rows = dd.from_delayed(parts, meta=meta).persist()
     columns = [*fields, *windows]
-    params = dict(classifier_params(NUM_LEAVES), n_estimators=rounds or ROUNDS)
+    params = dict(classifier_params(NUM_LEAVES, negative_rate=rate),
+                  n_estimators=rounds or ROUNDS)
     params.pop("seed", None)
     validation: dict[str, float] = {}
     losses: list[tuple[float, float]] = []
