@@ -419,6 +419,10 @@ def fleet_demo(out: Outputs) -> Row:
                runs=f"{len(runs)} run{'s' if len(runs) > 1 else ' only'}", command=command)
 
 
+def alarms(n: int) -> str:
+    return f"{n} false alarm{'' if n == 1 else 's'}"
+
+
 def predict(out: Outputs) -> Row:
     rel = f"{BENCH}/predict-sim-disks.json"
     command = "`python -m tests.bench.predict`"
@@ -432,8 +436,9 @@ def predict(out: Outputs) -> Row:
     # deployable: the threshold chosen on the validation seed lands at its own rate on the
     # test seeds; the curve reads every model at exactly the rule's test rate
     result = (f"at SMART's false-alarm rate, threshold chosen on a validation seed: recall "
-              f"{learned['recall']:.3f} at {learned['false_alarms']} false alarms vs the "
-              f"threshold's {smart['recall']:.3f} at {smart['false_alarms']} (×{ratio:.2f})")
+              f"{learned['recall']:.3f} at {alarms(learned['false_alarms'])} vs the "
+              f"threshold's {smart['recall']:.3f} at {alarms(smart['false_alarms'])} "
+              f"(×{ratio:.2f})")
     curve = d.get("curve", {})
     at_rate = curve.get("learned_at_smart_threshold_rate", {}).get("pooled")
     offline = curve.get("offline_at_smart_threshold_rate", {}).get("pooled")
