@@ -20,7 +20,8 @@ above its own month.  `default_windows` picks window features (`mlfs.abi`'s gram
 `<field>__mean30` and the like) that `fit_predictor` computes from each entity's rows;
 the policy names them, and the proxy computes them tick by tick from the same rule.  On
 sim.disks, at the threshold rule's false-alarm rate, the same fit catches x1.82 of the
-rule's failures without them and x5.09 with them (docs/bench/predict-sim-disks.md).
+rule's failures without them and x5.09 with them, x6.31 with leaves of 100 rows
+(docs/bench/predict-sim-disks.md).
 
 Labels come from the rows themselves (`mlfs.core.outcomes` defines the same rule for
 scoring; it is restated here because a trainer imports only the client and the ABI):
