@@ -151,7 +151,8 @@ class LinuxHealth(Subsystem):
             return counts
         dev = (np.asarray(requests.column("dev_major")).astype(np.int64) << 20) \
             | np.asarray(requests.column("dev_minor")).astype(np.int64)
-        # null: completed, its status unseen (linux.bio's second hook): not an error
+        # null: completed, its status unseen (linux.bio records it at its struct's next
+        # issue): not an error
         failed = np.asarray(pc.fill_null(pc.not_equal(requests.column("error"), 0), False))
         for device, number_ in self.dev.items():
             counts[device] = int((failed & (dev == number_)).sum())
