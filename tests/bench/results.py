@@ -606,18 +606,10 @@ FAMILIES = (
 
 
 def families(out: Outputs) -> list[Row]:
-    """A row per family: its folder and any `<folder>-N` of later runs."""
-    out_rows = []
-    for folder, experiment, measured, command in FAMILIES:
-        later = sorted(int(Path(p).parent.name.rsplit("-", 1)[1])
-                       for p in out.glob(f"{BENCH}/{folder}-*/run*.json")
-                       if Path(p).parent.name.rsplit("-", 1)[1].isdigit())
-        folders = [f for f in (folder, *(f"{folder}-{n}" for n in later))
-                   if out.glob(f"{BENCH}/{f}/run*.json")]
-        if folders:
-            out_rows.append(fio_row(out, experiment, "docs/bench/families.md", measured,
-                                    folders, command))
-    return out_rows
+    """A row per family whose folder is committed."""
+    return [fio_row(out, experiment, "docs/bench/families.md", measured, [folder], command)
+            for folder, experiment, measured, command in FAMILIES
+            if out.glob(f"{BENCH}/{folder}/run*.json")]
 
 
 def rows(out: Outputs) -> list[Row]:

@@ -95,15 +95,20 @@ static __always_inline __u32 rq_dev(struct request *rq)
 	return (major << 20) | minor;
 }
 
+/* a request of `dev` whose issue was counted in `inflight` is no longer in flight */
+static __always_inline void left_flight(__u32 dev)
+{
+	__u32 *n = bpf_map_lookup_elem(&inflight, &dev);
+	if (n && *n > 0)
+		__sync_fetch_and_add(n, -1);
+}
+
 /* one record into the ring, or a count in `dropped` when it has no room */
 static __always_inline void emit(__u32 dev, struct start *s, __u64 sector, __u32 bytes,
 				 __u32 cmd_flags, __s32 error, __u64 complete_ns)
 {
-	if (s) {
-		__u32 *n = bpf_map_lookup_elem(&inflight, &dev);
-		if (n && *n > 0)
-			__sync_fetch_and_add(n, -1);
-	}
+	if (s)
+		left_flight(dev);
 	struct record *r = bpf_ringbuf_reserve(&records, sizeof(*r), 0);
 	if (!r) {
 		__u32 zero = 0;
@@ -192,7 +197,8 @@ int BPF_PROG(rq_complete, struct request *rq, int error, unsigned int nr_bytes)
 	emit(dev, s, BPF_CORE_READ(rq, __sector), nr_bytes, BPF_CORE_READ(rq, cmd_flags), error,
 	     bpf_ktime_get_ns());
 	if (s) {
-		s->recorded = 1;  /* block_io_done must not record it again if the delete fails */
+		s->recorded = 1;  /* the struct's next issue must not record it again if the
+				   * delete is refused */
 		bpf_map_delete_elem(&started, &rq);
 	}
 	return 0;
@@ -206,10 +212,7 @@ int BPF_PROG(rq_requeue, struct request *rq)
 	struct start *s = bpf_map_lookup_elem(&started, &rq);
 	if (!s)
 		return 0;
-	__u32 dev = rq_dev(rq);
-	__u32 *n = bpf_map_lookup_elem(&inflight, &dev);
-	if (n && *n > 0)
-		__sync_fetch_and_add(n, -1);
+	left_flight(rq_dev(rq));
 	bpf_map_delete_elem(&started, &rq);
 	return 0;
 }
