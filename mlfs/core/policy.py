@@ -133,6 +133,8 @@ class Policy:
         if not used:
             raise invalid("policy uses none of the knobs this model controls")
         grids = [candidate_values(knob_by_column[c]) for c in used]
+        #: the candidate grid's shape: candidate i is cell i of it (product order)
+        self.grid_shape = tuple(len(grid) for grid in grids)
         combos = list(itertools.islice(itertools.product(*grids), MAX_CANDIDATES))
         nodes = len(combos) * self.verified.path_sum
         if nodes > MAX_DECISION_NODES:
@@ -147,6 +149,7 @@ class Policy:
         self._used = used
         self._distance = np.array([sum(distance_from_default(knob_by_column[c], cand[c])
                                        for c in used) for cand in self.candidates])
+        self.is_default = self._distance == 0
         self._matrix = np.zeros((len(combos), len(self.feature_names)), dtype=np.float64)
         for j, name in enumerate(self.feature_names):
             if name in used:
@@ -155,9 +158,10 @@ class Policy:
         self.decisions = 0
         self.seconds = 0.0
 
-    def decide(self, features: dict[str, float], current: dict[str, KnobValue]
-               ) -> tuple[dict[str, KnobValue], float]:
-        """The best candidate for these features: (knob name -> value, prediction).
+    def decide(self, features: dict[str, float], current: dict[str, KnobValue],
+               allowed: np.ndarray | None = None) -> tuple[dict[str, KnobValue], float]:
+        """The best candidate for these features: (knob name -> value, prediction);
+        `allowed`: a mask of the candidates it may choose among (`mlfs.core.safe_set`).
 
         Raises PolicyRemoved when LightGBM fails, predicts inf or nan, or the
         decision took more than DECIDE_BUDGET_SECONDS of CPU (its result is
@@ -185,8 +189,10 @@ class Policy:
         if spent > DECIDE_BUDGET_SECONDS:
             raise PolicyRemoved(f"a decision took {spent * 1000:.0f} ms of CPU, over the "
                                 f"{DECIDE_BUDGET_SECONDS * 1000:.0f} ms budget")
-        top = predictions.max() if self.goal == "max" else predictions.min()
-        tied = np.flatnonzero(predictions == top)
+        scores = predictions if self.goal == "max" else -predictions
+        if allowed is not None:
+            scores = np.where(allowed, scores, -np.inf)
+        tied = np.flatnonzero(scores == scores.max())
         best = int(tied[np.argmin(self._distance[tied])])  # a tie: the least change
         choice = {self._knob_by_column[c].name: self.candidates[best][c] for c in self._used}
         self.decisions += 1

@@ -42,6 +42,7 @@ from .model_files import (
 from .modes import ModeMachine
 from .policy import Policy, PolicyRemoved
 from .portion import Portion, StoreError, StoreOwner, errno_name
+from .safe_set import RESTRICTED_MODES, SafeSet
 from .store import PortionStore
 from .text import decode_text, escape_input, one_word, parse_recommendations
 
@@ -79,6 +80,9 @@ class ModelProxy:
                                       runtime.subsystem.objective.goal,
                                       self.config.unstable_baseline_ratio)
         self.modes.on_switch = self.window.restart
+        #: what the policy may choose in collaboration and recommendation
+        self.safe = SafeSet()
+        self._knob_columns = [knob_column(name) for name in runtime.subsystem.knobs]
         self.current: Recommendation | None = None
         #: the policy it runs (`policy`), kept in policy.txt
         self.installed = InstalledPolicy(
@@ -447,8 +451,12 @@ class ModelProxy:
                 self._finish(rec, "applied", f"tick {tick}")
             return Decision(dict(rec.knobs), rec.expect, "recommendation", rec.id)
         if self.policy is not None and features is not None:
+            allowed = None
+            if self.mode in RESTRICTED_MODES and self.modes.switching == "auto":
+                allowed = self.safe.allowed(self.policy.candidates, self.policy.grid_shape,
+                                            self.policy.is_default)
             try:
-                knobs, expected = self.policy.decide(features, current)
+                knobs, expected = self.policy.decide(features, current, allowed)
             except PolicyRemoved as exc:
                 self._remove_policy(exc.reason)
                 return None
@@ -473,6 +481,8 @@ class ModelProxy:
         settling = self.settling(knobs)
         if decision is None:
             self.default_ticks += 1
+            if not settling:
+                self.safe.default_tick(objective)
             self._write_feedback(self.window.add_default(tick, objective, settling))
             return
         self.ml_ticks += 1
@@ -500,6 +510,9 @@ class ModelProxy:
                 self.errors_count += 1
             row["baseline"] = pair.baseline if math.isfinite(pair.baseline) else None
             row["efficiency"] = pair.ratio if math.isfinite(pair.ratio) else None
+            if pair.stable:
+                self.safe.measured({c: row.get(c) for c in self._knob_columns},
+                                   pair.baseline, pair.ratio)
             self.feedback.append(row)
 
     def update_mode(self, critical: str | None) -> None:
