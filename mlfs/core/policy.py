@@ -150,6 +150,9 @@ class Policy:
         self._distance = np.array([sum(distance_from_default(knob_by_column[c], cand[c])
                                        for c in used) for cand in self.candidates])
         self.is_default = self._distance == 0
+        #: each candidate's position on the grid, one rank per knob
+        self._grid_ranks = np.array(np.unravel_index(np.arange(len(combos)),
+                                                     self.grid_shape)).T
         self._matrix = np.zeros((len(combos), len(self.feature_names)), dtype=np.float64)
         for j, name in enumerate(self.feature_names):
             if name in used:
@@ -158,10 +161,21 @@ class Policy:
         self.decisions = 0
         self.seconds = 0.0
 
+    @staticmethod
+    def _best(scores: np.ndarray, order: np.ndarray) -> int:
+        """The best score's candidate; a tie goes to the least `order`."""
+        tied = np.flatnonzero(scores == scores.max())
+        return int(tied[np.argmin(order[tied])])
+
     def decide(self, features: dict[str, float], current: dict[str, KnobValue],
-               allowed: np.ndarray | None = None) -> tuple[dict[str, KnobValue], float]:
-        """The best candidate for these features: (knob name -> value, prediction);
+               allowed: np.ndarray | None = None, toward_wanted: bool = False
+               ) -> tuple[dict[str, KnobValue], float]:
+        """The best candidate for these features: (knob name -> value, prediction).
+
         `allowed`: a mask of the candidates it may choose among (`mlfs.core.safe_set`).
+        When the best of all is not allowed, a tie among the allowed goes to the least
+        change from the default, or with `toward_wanted` to the fewest grid steps from
+        that best (then the least change).
 
         Raises PolicyRemoved when LightGBM fails, predicts inf or nan, or the
         decision took more than DECIDE_BUDGET_SECONDS of CPU (its result is
@@ -190,10 +204,13 @@ class Policy:
             raise PolicyRemoved(f"a decision took {spent * 1000:.0f} ms of CPU, over the "
                                 f"{DECIDE_BUDGET_SECONDS * 1000:.0f} ms budget")
         scores = predictions if self.goal == "max" else -predictions
-        if allowed is not None:
-            scores = np.where(allowed, scores, -np.inf)
-        tied = np.flatnonzero(scores == scores.max())
-        best = int(tied[np.argmin(self._distance[tied])])  # a tie: the least change
+        best = self._best(scores, self._distance)
+        if allowed is not None and not allowed[best]:
+            order = self._distance
+            if toward_wanted:  # the safe set grows a step at a time in that direction
+                steps = np.abs(self._grid_ranks - self._grid_ranks[best]).sum(axis=1)
+                order = steps * (1 + self._distance.max()) + self._distance
+            best = self._best(np.where(allowed, scores, -np.inf), order)
         choice = {self._knob_by_column[c].name: self.candidates[best][c] for c in self._used}
         self.decisions += 1
         self.seconds += time.perf_counter() - started

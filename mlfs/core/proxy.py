@@ -456,7 +456,11 @@ class ModelProxy:
                 allowed = self.safe.allowed(self.policy.candidates, self.policy.grid_shape,
                                             self.policy.is_default)
             try:
-                knobs, expected = self.policy.decide(features, current, allowed)
+                # collaboration's pairs resolve within a tick or two: there a tie steps
+                # toward what the policy wants (recommendation's runs of ML ticks would
+                # try each step for a whole run)
+                knobs, expected = self.policy.decide(features, current, allowed,
+                                                     toward_wanted=self.mode == "collaboration")
             except PolicyRemoved as exc:
                 self._remove_policy(exc.reason)
                 return None

@@ -161,14 +161,19 @@ def run_two_levels(tmp_path, pin: bool) -> list[tuple[int, int]]:
 
 
 def test_in_automatic_collaboration_a_policy_runs_a_setting_only_where_it_was_measured(tmp_path):
+    """In phase B the policy steps toward x = 16 through 8 (neutral there, so safe), tries
+    16 for one run of ML ticks as the next step, and never again once that run's pairs
+    judge it a clear loss."""
     applied = run_two_levels(tmp_path, pin=False)
     in_a = {x for t, x in applied if 100 <= t < 150}
-    in_b = {x for t, x in applied if t >= 155}
     assert 16 in in_a, "measured in phase A by the trainer: the policy may run it there"
-    assert 16 not in in_b, "never measured in phase B: the policy may not"
-    assert in_b <= {2, 4, 8}, in_b
+    sixteen_in_b = [t for t, x in applied if t >= 150 and x == 16]
+    assert 8 in {x for t, x in applied if 150 <= t < min(sixteen_in_b, default=220)}, \
+        "a step toward what the policy wants, first"
+    assert len(sixteen_in_b) <= 20, f"one run of ML ticks at most: {sixteen_in_b}"
+    assert not [t for t in sixteen_in_b if t >= sixteen_in_b[0] + 25], sixteen_in_b
 
 
 def test_a_pinned_mode_skips_the_safe_set_as_it_skips_the_efficiency_gate(tmp_path):
     applied = run_two_levels(tmp_path, pin=True)
-    assert 16 in {x for t, x in applied if t >= 155}
+    assert len([t for t, x in applied if t >= 190 and x == 16]) >= 10
