@@ -77,6 +77,23 @@ def is_mounted(mountpoint: Path) -> bool:
     return fstype is not None and fstype.startswith("fuse")
 
 
+#: how long a mount left by a killed daemon may take to go: its auto_unmount helper
+#: (fusermount3) unmounts it only once it has seen the daemon die
+STALE_MOUNT_SECONDS = 3.0
+
+
+def still_mounted(mountpoint: Path) -> bool:
+    """Whether `mountpoint` is mounted after a stale mount was cleared, or one being
+    unmounted by a killed daemon's helper had `STALE_MOUNT_SECONDS` to go
+    (tests/mount/test_records.py met that helper mid-way, right after a SIGKILL)."""
+    deadline = time.monotonic() + STALE_MOUNT_SECONDS
+    while True:
+        clean_stale_mount(mountpoint)
+        if not is_mounted(mountpoint) or time.monotonic() > deadline:
+            return is_mounted(mountpoint)
+        time.sleep(0.1)
+
+
 def _group_id(name: str) -> int:
     if not name:
         return 0
@@ -207,8 +224,7 @@ def serve(mountpoint: Path, config: Config, state_dir: Path, ready_fd: int | Non
     if ready_fd is not None:
         os.set_inheritable(ready_fd, False)
     state_dir.mkdir(parents=True, exist_ok=True)
-    clean_stale_mount(mountpoint)
-    if is_mounted(mountpoint):
+    if still_mounted(mountpoint):
         log.error("%s is already mounted", mountpoint)
         return 1
     other = statedir.live_daemon(state_dir)

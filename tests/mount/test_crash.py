@@ -159,3 +159,18 @@ def test_sigterm_ends_the_daemon_at_once_while_a_prepare_dataset_waits_for_an_ho
         writer.wait(timeout=10)
     finally:
         m.kill()
+
+
+def test_a_live_mount_is_not_mounted_over_and_keeps_serving(mount):
+    """A second `mlfs mount` on a mountpoint a live daemon serves gives up (exit 1,
+    "already mounted") after waiting the few seconds a killed daemon's mount may take
+    to go, and the first one keeps serving."""
+    began = time.monotonic()
+    done = subprocess.run(mount.command("mount", str(mount.mountpoint), "--state-dir",
+                                        str(mount.state_dir) + "-second"),
+                          capture_output=True, text=True, timeout=60, cwd=mount.cwd)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "already mounted" in done.stdout + done.stderr
+    assert time.monotonic() - began < 30
+    assert mount.alive()
+    assert (mount.mountpoint / "version").read_text().startswith("mlfs ")

@@ -80,6 +80,7 @@ def test_records_pending_at_a_sigkill_come_back_numbered_after_the_last(mount_ro
                 pass  # a torn last message: the write the kill interrupted
         assert batches >= 2
         mount.pid = None
+        mount.clear_mount()  # what the kill left mounted ("already mounted" otherwise)
         mount.start()
         assert sh(f"echo prepare_dataset > {sub}/control").returncode == 0
         wait_for(lambda: list((sub / "records").glob("*.parquet")), what="a records portion")
