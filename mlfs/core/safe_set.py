@@ -53,8 +53,12 @@ LOSS_PAIRS = 3
 CLEAR_LOSS = 0.8
 #: pairs remembered (a ring): a few thousand ticks of a mode's ML ticks
 KEPT_PAIRS = 20_000
-#: the candidate grid is dilated as a dense array only up to this many cells
-MAX_GRID_CELLS = 1 << 20
+#: distinct settings tracked (a trainer may recommend any value in range); a policy
+#: evaluates at most 4,096 candidates, and an untracked setting is simply never safe
+MAX_SETTINGS = 4096
+#: the candidate grid is dilated as a dense array on every restricted decision, only up
+#: to this many cells (beyond, the policy keeps to the safe settings without a step)
+MAX_GRID_CELLS = 1 << 16
 #: the modes in which the policy's choice is restricted
 RESTRICTED_MODES = frozenset({"collaboration", "recommendation"})
 
@@ -69,7 +73,8 @@ class SafeSet:
         self._count = 0  # pairs ever recorded; the ring holds the last `kept`
         self._slots: dict[tuple, int] = {}  # a setting (sorted (column, value)) -> slot
         self._settings: list[dict[str, KnobValue]] = []
-        self._mapped: tuple[list, int, np.ndarray] | None = None  # (candidates, settings, map)
+        #: (a policy's candidates, their index by setting, slot -> candidate so far)
+        self._mapped: tuple[list, dict, list[int]] | None = None
         #: the latest default tick's objective: the workload level decisions are made at
         self.level = math.nan
 
@@ -84,7 +89,7 @@ class SafeSet:
         key = tuple(sorted(knobs.items()))
         slot = self._slots.get(key)
         if slot is None:
-            if len(self._slots) >= len(self._slot):  # more distinct settings than pairs kept
+            if len(self._slots) >= MAX_SETTINGS:  # never judged safe: the default holds
                 return
             slot = self._slots[key] = len(self._settings)
             self._settings.append(dict(knobs))
@@ -112,17 +117,17 @@ class SafeSet:
 
     def _to_candidate(self, candidates: list[dict[str, KnobValue]]) -> np.ndarray:
         """Slot -> index of the candidate with its values of the candidates' knobs (-1:
-        none); kept while the candidates and the settings seen stay the same."""
+        none).  Built once per policy (its candidate list) and extended by the settings
+        seen since, so a new setting costs one lookup, not a pass over all of them."""
         mapped = self._mapped
-        if (mapped is not None and mapped[0] is candidates
-                and mapped[1] == len(self._settings)):
-            return mapped[2]
-        index = {tuple(c.items()): i for i, c in enumerate(candidates)}
+        if mapped is None or mapped[0] is not candidates:
+            index = {tuple(c.items()): i for i, c in enumerate(candidates)}
+            mapped = self._mapped = (candidates, index, [])
+        _, index, to_candidate = mapped
         columns = list(candidates[0])
-        to_candidate = np.array([index.get(tuple((c, s.get(c)) for c in columns), -1)
-                                 for s in self._settings], dtype=np.int64)
-        self._mapped = (candidates, len(self._settings), to_candidate)
-        return to_candidate
+        for setting in self._settings[len(to_candidate):]:
+            to_candidate.append(index.get(tuple((c, setting.get(c)) for c in columns), -1))
+        return np.asarray(to_candidate, dtype=np.int64)
 
     def allowed(self, candidates: list[dict[str, KnobValue]], shape: tuple[int, ...],
                 default: np.ndarray) -> np.ndarray:

@@ -10,7 +10,7 @@ import numpy as np
 from mlfs.abi import Knob, Objective, Sample, Subsystem, candidate_values, column_name, knob_column
 from mlfs.config import parse_config
 from mlfs.core.exchange import Exchange
-from mlfs.core.safe_set import CLEAR_LOSS, LEVEL_RATIO, SAFE_MARGIN, SafeSet
+from mlfs.core.safe_set import CLEAR_LOSS, LEVEL_RATIO, MAX_SETTINGS, SAFE_MARGIN, SafeSet
 
 GRID = (0, 1, 2, 4, 8, 16, 32)  # one knob "x", default 4 (index 3)
 CANDIDATES = [{"knob_x": v} for v in GRID]
@@ -95,6 +95,18 @@ def test_the_ring_keeps_the_last_pairs_only():
     for _ in range(4):
         safe.measured({"knob_x": 2}, 100.0, 1.0)
     assert 8 in allowed(safe)
+
+
+def test_settings_beyond_the_bound_are_not_tracked_and_never_safe():
+    """A trainer may recommend any value in a knob's range: the table of settings stays
+    bounded, and one it could not track is never opened by its measurements."""
+    safe = SafeSet()
+    safe.default_tick(100.0)
+    for value in range(10_000, 10_000 + MAX_SETTINGS):
+        safe.measured({"knob_x": value}, 100.0, 1.0)
+    safe.measured({"knob_x": 8}, 100.0, 1.5)
+    safe.measured({"knob_x": 16}, 100.0, 1.5)
+    assert allowed(safe) == {2, 4, 8}, "8 is next to the default; 16 was never tracked"
 
 
 # ---- in the proxy -------------------------------------------------------------------------
