@@ -6,6 +6,14 @@ mount would give it: sealed dataset portions, sealed feedback portions, and
 policy uploads / exploration recommendations through the proxy's own entry
 points.  Scores every run against counterfactuals on the same workload.
 
+The cadence is `mlfs demo`'s (simulator ticks of 0.05 s, the default `[store]`):
+a dataset portion every 10 s (200 ticks), then a refit and an upload; a feedback
+portion every 2 s (40 ticks), which corrects the learner as the worker does on each
+one (`trainers.worker`, `scan_feedback`) and gives its explorations their newest
+features.  (Feedback used to come only with the dataset, every 200 ticks: the
+trainer then steered its explorations by features up to 200 ticks old, often of
+the phase before; docs/bench/learning-34.)
+
     .venv/bin/python -m tests.bench.learning --seeds 0 1 2 --ticks 6000
 """
 
@@ -41,8 +49,10 @@ def run_seed(seed: int, ticks: int, fit_every: int = 200,
     keeps an adopted policy exactly as adopted: the learner still reads the rows (the
     exploration schedule needs them) but never corrects or re-uploads."""
     config = load_config(None)
+    subsystem = SimReadahead(seed=seed)
+    feedback_every = max(1, round(config.store.feedback_seal_seconds / subsystem.tick_seconds))
     with tempfile.TemporaryDirectory(prefix="mlfs-bench-") as state:
-        exchange = Exchange(config, Path(state), [SimReadahead(seed=seed)])
+        exchange = Exchange(config, Path(state), [subsystem])
         runtime = exchange.runtimes["sim.readahead"]
         proxy = runtime.create_model("lgbm")
         proxy.start()
@@ -71,6 +81,14 @@ def run_seed(seed: int, ticks: int, fit_every: int = 200,
             modes.append(proxy.mode)
             if proxy.mode == "recommendation" and first_recommendation is None:
                 first_recommendation = t
+            if (t + 1) % feedback_every == 0 and (t + 1) % fit_every:
+                feedback = proxy.feedback.seal_now()
+                if feedback and not (learner.adopted and not corrections):
+                    table = pq.read_table(feedback.path)
+                    if learner.fitted:
+                        learner.correct(table)
+                    else:
+                        learner.add_feedback(table)
             if (t + 1) % fit_every == 0:
                 portion = runtime.dataset.seal_now()
                 if portion:
