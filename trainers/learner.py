@@ -64,14 +64,18 @@ MAX_CANDIDATES = 4096
 STATE_RADIUS = 1.5
 
 
-def _grid_distance(codes: np.ndarray, centre: np.ndarray) -> np.ndarray:
+def _grid_distance(codes: np.ndarray, centre: np.ndarray,
+                   grids: Sequence[np.ndarray]) -> np.ndarray:
     """Steps on the candidate grid from `centre` to each row of `codes` (the largest
-    over the knobs, each knob's values ranked in order)."""
+    over the knobs).  Ranked on each knob's whole grid (`grids`, encoded, ascending),
+    not on the values `codes` happens to hold: exploration passes the candidates
+    without the default, and ranked among those 64 and 256 KiB were one step apart
+    across the missing 128 (the trust region of 64 took in 256 and its coverage
+    tried it as often as 32)."""
     steps = np.zeros(len(codes), dtype=np.int64)
-    for j in range(codes.shape[1]):
-        ranks = np.searchsorted(np.unique(codes[:, j]), codes[:, j])
-        centre_rank = int(np.searchsorted(np.unique(codes[:, j]), centre[j]))
-        steps = np.maximum(steps, np.abs(ranks - centre_rank))
+    for j, grid in enumerate(grids):
+        ranks = np.searchsorted(grid, codes[:, j])
+        steps = np.maximum(steps, np.abs(ranks - int(np.searchsorted(grid, centre[j]))))
     return steps
 
 
@@ -183,6 +187,8 @@ class KnobLearner:
         self.settle: dict[str, int] = {k: self.knob_defs[k].settle_ticks for k in self.knobs}
         self.grids: list[list[KnobValue]] = [candidate_values(self.knob_defs[k])
                                              for k in self.knobs]
+        self._encoded_grids = [np.unique([self._encode(k, v) for v in grid])
+                               for k, grid in zip(self.knobs, self.grids, strict=True)]
         self.default_setting = tuple(self._encode(k, self.knob_specs[k].get("default"))
                                      for k in self.knobs)
         n_combos = math.prod(len(g) for g in self.grids)
@@ -829,9 +835,7 @@ class KnobLearner:
         # in learning at 0.78-0.87 of the oracle, the regression bisected to 6193b1f)
         # centred on what the policy would run here (`recommend`: ties go to the default),
         # not on argmax(pred), which on a flat prediction is the grid's first value
-        best = np.array([self._encode(k, v) for k, v in
-                         self.recommend(latest_features)[0].items()])
-        near = _grid_distance(codes, best) <= 1
+        near = self._trust_region(latest_features, codes)
         unseen = np.flatnonzero((counts < cover) & near)
         if len(unseen):
             return self._decode_setting(codes[int(rng.choice(unseen))])
@@ -840,6 +844,29 @@ class KnobLearner:
         score = np.where(near | (optimistic >= np.max(pred)), optimistic, -np.inf)
         score += rng.normal(0.0, noise * scale, size=len(score))
         return self._decode_setting(codes[int(np.argmax(score))])
+
+    def _trust_region(self, latest_features: Mapping[str, Any] | None,
+                      codes: np.ndarray) -> np.ndarray:
+        """Which of `codes` are at most one grid step from what the policy would run
+        here (`recommend`: ties go to the default), not from argmax(pred), which on a
+        flat prediction is the grid's first value."""
+        best = np.array([self._encode(k, v) for k, v in
+                         self.recommend(latest_features)[0].items()])
+        return _grid_distance(codes, best, self._encoded_grids) <= 1
+
+    def uncovered(self, latest_features: Mapping[str, Any] | None, cover: int) -> bool:
+        """Whether a setting next to the policy's choice here (not the default) was
+        measured on fewer than `cover` rows in states like this one: what exploration's
+        coverage would try first.  False before a fit or on grids too large to list."""
+        if self.booster is None or not self._full_grid:
+            return False
+        codes = self._combo_codes[~(self._combo_codes == np.array(self.default_setting))
+                                  .all(axis=1)]
+        if not len(codes):
+            return False
+        near = self._trust_region(latest_features, codes)
+        counts = self._local_counts(self._feature_vector(latest_features), codes[near])
+        return bool((counts < cover).any())
 
     # ---- the policy -------------------------------------------------------
     def adopt(self, text: str) -> None:

@@ -31,10 +31,17 @@ LEARNING_TTL = 10  # ticks: one ML tick at the default 10 % learning share
 #: trainer silent after `[modes] silence_seconds` (60 by default) and pins emergency
 POLICY_KEEPALIVE_SECONDS = 30.0
 FALLBACK_TTL = 3
-#: chance per tick, in collaboration and recommendation with a live policy, of a
+#: chance per decision, in collaboration and recommendation with a live policy, of a
 #: FALLBACK_TTL-tick exploration (within the trust region): about 3 % of ticks (0.7 %: seed 8 at
 #: 0.942 of the oracle, 1.2 %: seed 2 at 0.934; 1 %: every seed 0-19 >= 0.955)
 KEEP_EXPLORING = 0.01
+#: the chance instead while a setting next to the policy's choice is not yet measured in
+#: this kind of state (`KnobLearner.uncovered`): a model promoted before it saw a phase
+#: under anything but the default otherwise took thousands of ticks to step off it there
+#: (learning bench seed 8: the default 128 KiB in every strided phase until tick 4,399, at
+#: 0.937 of the oracle; with 2 %: 0.961, every seed 0-59 >= 0.959; 5 % paid more for its
+#: explorations than it won: median 0.966 against 0.971; docs/bench/learning-34)
+KEEP_COVERING = 0.02
 
 
 @dataclass(frozen=True)
@@ -65,6 +72,10 @@ class TrainerSchedule:
         self.learner = learner
         self.rng = np.random.default_rng(seed)
         self.learning_ttl = learning_ttl
+        #: rows per setting and state that exploration's coverage asks for: half an
+        #: exploration's ticks (at a learning share below 1 some of its ticks run the
+        #: default, so a whole one may leave fewer rows than its ttl)
+        self.cover = max(1, learning_ttl // 2)
 
     def exploration_rate(self) -> float:
         """Share of learning-mode ML ticks spent exploring once a policy runs."""
@@ -88,8 +99,10 @@ class TrainerSchedule:
         if not policy_live and learner.fitted:
             knobs, expect = learner.recommend(latest)
             return Steer(knobs, expect, FALLBACK_TTL, exploring=False)
+        draw = self.rng.random()
         if (policy_live and learner.fitted and learner.knob_aware
-                and self.rng.random() < KEEP_EXPLORING):
+                and (draw < KEEP_EXPLORING
+                     or draw < KEEP_COVERING and learner.uncovered(latest, self.cover))):
             # a policy promoted early stops learning unless a few ticks still explore,
             # within the trust region: a bounded cost for what it has not tried
             steer = self._explore(latest)
@@ -99,9 +112,7 @@ class TrainerSchedule:
     def _explore(self, latest) -> Steer:
         learner = self.learner
         if learner.knob_aware:
-            # half an exploration's ticks: at a learning share below 1 some of its
-            # ticks run the default, so a whole one may leave fewer rows than its ttl
-            knobs = learner.explore(latest, self.rng, cover=max(1, self.learning_ttl // 2))
+            knobs = learner.explore(latest, self.rng, cover=self.cover)
             return Steer(knobs, learner.predict(latest, knobs), self.learning_ttl,
                          exploring=True)
         return Steer(self._near_default(), math.nan, self.learning_ttl, exploring=True)

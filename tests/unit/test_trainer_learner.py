@@ -206,6 +206,35 @@ def test_after_a_fit_explore_tries_every_unseen_candidate_before_the_ucb_picks()
     assert with_cover == without
 
 
+def test_the_trust_region_is_one_step_on_the_whole_grid_not_across_the_default() -> None:
+    """Coverage looks one grid step from the policy's choice.  The default is never
+    explored (its ticks measure it anyway), but it is still a step: next to 256 lie
+    128 and 512, and 64 is two steps away.  Ranked among the candidates without the
+    default, 64 and 256 were neighbours, and on the simulator the trust region of
+    64 KiB (strided) tried 256 as often as the 32 it needed."""
+    import pyarrow.compute as pc
+
+    table = make_dataset(3000, seed=44, explore_share=0.5)
+    table = table.filter(pc.is_in(table.column("knob_read_ahead_kb"),
+                                  pa.array([128, 256], pa.int64())))
+    learner = KnobLearner(INFO)
+    learner.add_dataset(table)
+    assert learner.fit()["fitted"]
+    rng = np.random.default_rng(9)
+    feats = phase_features("strided", rng)
+    assert learner.recommend(feats)[0]["read_ahead_kb"] == 256
+    covering = {learner.explore(feats, rng, cover=5)["read_ahead_kb"] for _ in range(100)}
+    assert covering == {512}
+    assert learner.uncovered(feats, cover=5)
+    # measured there on enough rows, 512 is covered: nothing next to 256 is left
+    more = make_dataset(6000, seed=45, start_tick=10_000, explore_share=1.0)
+    learner.add_dataset(more.filter(pc.is_in(more.column("knob_read_ahead_kb"),
+                                             pa.array([512], pa.int64()))))
+    assert learner.fit()["fitted"]
+    assert learner.recommend(feats)[0]["read_ahead_kb"] == 256
+    assert not learner.uncovered(feats, cover=5)
+
+
 def test_coverage_counts_only_settled_rows_of_a_carry_over_knob() -> None:
     """A setting tried only on ticks that were still settling has measured nothing.
 
