@@ -35,8 +35,8 @@ FALLBACK_TTL = 3
 #: FALLBACK_TTL-tick exploration (within the trust region): about 3 % of ticks (0.7 %: seed 8 at
 #: 0.942 of the oracle, 1.2 %: seed 2 at 0.934; 1 %: every seed 0-19 >= 0.955)
 KEEP_EXPLORING = 0.01
-#: the chance instead while a setting next to the policy's choice is not yet measured in
-#: this kind of state (`KnobLearner.uncovered`): a model promoted before it saw a phase
+#: the chance instead while a setting next to the best one measured here is not yet measured
+#: in this kind of state (`KnobLearner.uncovered`): a model promoted before it saw a phase
 #: under anything but the default otherwise took thousands of ticks to step off it there
 #: (learning bench seed 8: the default 128 KiB in every strided phase until tick 4,399, at
 #: 0.937 of the oracle; with 2 %: 0.961, every seed 0-59 >= 0.959; 5 % paid more for its

@@ -160,11 +160,21 @@ def test_explore_covers_the_knob_space(fitted: KnobLearner) -> None:
     assert all(v in GRID for v in seen)
 
 
-def near_best(learner: KnobLearner, feats: dict) -> set:
-    """Coverage's trust region: the grid values within one step of what the policy
-    would run in this state (`KnobLearner.recommend`), the default left out."""
-    i = GRID.index(learner.recommend(feats)[0]["read_ahead_kb"])
+def near_best(learner: KnobLearner, feats: dict, cover: int = 5) -> set:
+    """Coverage's trust region: the grid values within one step of the best setting
+    measured in this kind of state (on `cover` rows), the default left out."""
+    i = GRID.index(best_measured(learner, feats, cover))
     return set(GRID[max(0, i - 1): i + 2]) - {128}
+
+
+def best_measured(learner: KnobLearner, feats: dict, cover: int = 5) -> int:
+    """The best-predicted value among those with `cover` rows in states like `feats`
+    (the default always among them), worked out here from the public predictions."""
+    measured = [v for v in GRID if v == 128 or local_count(learner, feats, v) >= cover]
+    scores = {v: learner.predict(feats, {"read_ahead_kb": v}) for v in measured}
+    top = max(scores.values())
+    return min((v for v in measured if scores[v] == top),
+               key=lambda v: abs(math.log2(1 + v) - math.log2(1 + 128)))
 
 
 def local_count(learner: KnobLearner, feats: dict, value: int) -> int:
@@ -233,6 +243,31 @@ def test_the_trust_region_is_one_step_on_the_whole_grid_not_across_the_default()
     assert learner.fit()["fitted"]
     assert learner.recommend(feats)[0]["read_ahead_kb"] == 256
     assert not learner.uncovered(feats, cover=5)
+
+
+def test_in_a_state_only_the_default_ran_in_exploration_steps_from_the_default() -> None:
+    """The trust region is centred on the best setting measured in this kind of state,
+    not on what the trees guess there.  Here strided was only ever run at the default;
+    the trees, fitted on the other phases' wide settings, rate 1,024 KiB best there, a
+    value never measured in strided.  Exploration steps from the default (64, 256), not
+    from the guess (512, 2,048)."""
+    import pyarrow.compute as pc
+
+    table = make_dataset(4000, seed=47, explore_share=0.5)
+    strided = pc.greater(table.column("mmap_ratio"), 0.4)
+    table = table.filter(pc.or_(pc.invert(strided),
+                                pc.equal(table.column("knob_read_ahead_kb"), 128)))
+    learner = KnobLearner(INFO)
+    learner.add_dataset(table)
+    assert learner.fit()["fitted"]
+    rng = np.random.default_rng(11)
+    feats = phase_features("strided", rng)
+    guess = learner.recommend(feats)[0]["read_ahead_kb"]
+    assert guess == 1024 and local_count(learner, feats, guess) == 0
+    assert local_count(learner, feats, 128) >= 5
+    covering = {learner.explore(feats, rng, cover=5)["read_ahead_kb"] for _ in range(100)}
+    assert covering == {64, 256}
+    assert learner.uncovered(feats, cover=5)
 
 
 def test_coverage_counts_only_settled_rows_of_a_carry_over_knob() -> None:
