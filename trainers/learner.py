@@ -849,12 +849,19 @@ class KnobLearner:
         """Which of `codes` are at most one grid step from the best setting measured in
         states like this one (`_best_measured`).
 
-        Not from what the policy would run here: in a phase it has not seen, the trees
-        extrapolate the last phase's best, and a trust region around that guess is no
-        trust region.  On the learning bench, seed 0's first strided phase explored
-        256-2,048 KiB around sequential's best (x0.41 of the default on those ticks) and
-        the learning efficiency took 300 ticks to recover (docs/bench/learning-34)."""
-        centre = self._best_measured(latest_features, cover)
+        Not from what this host's trees would run here: in a phase they have not seen
+        that is a guess from other phases, and a region around a guess is no trust
+        region.  An adopted fleet policy's choice is the centre while it is adopted: it
+        was fitted on what other hosts measured, that knowledge is why a newcomer adopts
+        it, and `challenge` drops it once this host's rows predict better (centred on
+        this host's measurements instead, newcomers reached recommendation later than
+        hosts learning alone, 1,121 against 929.5 ticks, and did worse on 7 of 10 seeds;
+        docs/bench/learning-34)."""
+        if self.adopted:
+            centre = np.array([self._encode(k, v) for k, v in
+                               self.recommend(latest_features)[0].items()])
+        else:
+            centre = self._best_measured(latest_features, cover)
         return _grid_distance(codes, centre, self._encoded_grids) <= 1
 
     def _best_measured(self, latest_features: Mapping[str, Any] | None,

@@ -81,3 +81,28 @@ def test_a_prior_keeps_what_it_knows_where_the_host_has_tried_nothing():
                                ["read_ahead_kb"]) - np.log2(1 + best)) <= 1.01
                    for _ in range(5))
         assert hits >= 4, f"{phase}: the prior's best is kept"
+
+
+def test_an_adopted_prior_centres_exploration_on_its_choice_not_on_the_default():
+    """A newcomer that ran only the default has measured nothing else: learning alone
+    would explore the default's neighbours.  While it holds a fleet policy it explores
+    around the policy's choice instead, what other hosts measured; dropped for learning
+    alone, it steps from what it measured itself."""
+    right = trained(make_dataset(8000, seed=90, explore_share=0.5))
+    rows = make_dataset(800, seed=91, explore_share=0.0)
+    host = KnobLearner(INFO)
+    host.adopt(right)
+    host.add_dataset(rows)
+    rng = np.random.default_rng(7)
+    feats = phase_features("sequential", rng)
+    choice = host.recommend(feats)[0]["read_ahead_kb"]
+    assert choice >= 512, "the prior knows sequential wants a large window"
+    grid = KnobLearner(INFO).grids[0]
+    i = grid.index(choice)
+    around = set(grid[i - 1: i + 2]) - {128}
+    adopted = {host.explore(feats, rng, cover=5)["read_ahead_kb"] for _ in range(100)}
+    assert adopted == around
+    alone = KnobLearner(INFO)
+    alone.add_dataset(rows)
+    assert alone.fit()["fitted"]
+    assert {alone.explore(feats, rng, cover=5)["read_ahead_kb"] for _ in range(100)} == {64, 256}
