@@ -200,6 +200,7 @@ class KnobLearner:
                  for c in itertools.product(*self.grids)], dtype=np.float64)
         else:
             self._combo_codes = np.empty((0, len(self.knobs)))
+        self._combo_is_default = (self._combo_codes == np.array(self.default_setting)).all(axis=1)
 
         width = len(self.columns)
         self._X = np.empty((0, width))
@@ -800,8 +801,7 @@ class KnobLearner:
         if not self._full_grid:
             # too many combinations: move a random knob off the best setting
             if self.booster is not None:
-                base = np.array([self._encode(k, v) for k, v in
-                                 self.recommend(latest_features)[0].items()])
+                base = self._recommended_codes(latest_features)
             else:
                 base = default.copy()
             codes = base.copy()
@@ -812,11 +812,10 @@ class KnobLearner:
                 if not (np.array_equal(codes, default) or np.array_equal(codes, base)):
                     break
             return self._decode_setting(codes)
-        codes = self._combo_codes
-        keep = ~(codes == default).all(axis=1)
+        keep = ~self._combo_is_default
         if not keep.any():
             return self._decode_setting(default)
-        codes = codes[keep]
+        codes = self._combo_codes[keep]
         if self.booster is None:
             return self._decode_setting(codes[int(rng.integers(len(codes)))])
         features = self._feature_vector(latest_features)
@@ -826,7 +825,8 @@ class KnobLearner:
         if not math.isfinite(scale) or scale <= 0:
             scale = float(np.std(self._y)) if len(self._y) > 1 else 1.0
         scale = scale if scale > 0 else 1.0
-        counts = self._local_counts(features, codes)
+        counts_all = self._local_counts(features, self._combo_codes)
+        counts = counts_all[keep]
         optimistic = pred + bonus * scale / np.sqrt(1.0 + counts)
         # coverage within a trust region: next to the best-known setting on the grid,
         # or where the model's optimism still reaches the best prediction (uncertain);
@@ -834,7 +834,7 @@ class KnobLearner:
         # scan: covering every candidate in every state kept sim.readahead seeds 1, 3, 6
         # in learning at 0.78-0.87 of the oracle, the regression bisected to 6193b1f)
         # centred on the best setting measured in this kind of state (`_trust_region`)
-        near = self._trust_region(latest_features, codes, cover)
+        near = self._trust_region(latest_features, features, counts_all, cover)[keep]
         unseen = np.flatnonzero((counts < cover) & near)
         if len(unseen):
             return self._decode_setting(codes[int(rng.choice(unseen))])
@@ -844,10 +844,18 @@ class KnobLearner:
         score += rng.normal(0.0, noise * scale, size=len(score))
         return self._decode_setting(codes[int(np.argmax(score))])
 
-    def _trust_region(self, latest_features: Mapping[str, Any] | None,
-                      codes: np.ndarray, cover: int) -> np.ndarray:
-        """Which of `codes` are at most one grid step from the best setting measured in
-        states like this one (`_best_measured`).
+    def _recommended_codes(self, latest_features: Mapping[str, Any] | None) -> np.ndarray:
+        """What the policy would run here (`recommend`), encoded."""
+        return np.array([self._encode(k, v) for k, v in
+                         self.recommend(latest_features)[0].items()])
+
+    def _trust_region(self, latest_features: Mapping[str, Any] | None, features: np.ndarray,
+                      counts: np.ndarray, cover: int) -> np.ndarray:
+        """The mask of the candidate grid (`_combo_codes`) at most one grid step from the
+        best setting measured in states like this one: the best-predicted among those
+        with at least `cover` rows (one at least) here (`counts`, `_local_counts` of
+        every candidate); the default is always among them (its ticks measure it
+        everywhere), and exact ties go to the setting nearest the default (`_best_index`).
 
         Not from what this host's trees would run here: in a phase they have not seen
         that is a guess from other phases, and a region around a guess is no trust
@@ -858,24 +866,12 @@ class KnobLearner:
         hosts learning alone, 1,121 against 929.5 ticks, and did worse on 7 of 10 seeds;
         docs/bench/learning-34)."""
         if self.adopted:
-            centre = np.array([self._encode(k, v) for k, v in
-                               self.recommend(latest_features)[0].items()])
+            centre = self._recommended_codes(latest_features)
         else:
-            centre = self._best_measured(latest_features, cover)
-        return _grid_distance(codes, centre, self._encoded_grids) <= 1
-
-    def _best_measured(self, latest_features: Mapping[str, Any] | None,
-                       cover: int) -> np.ndarray:
-        """The best-predicted setting among those measured on at least `cover` rows (one
-        at least) in states like this one (`_local_counts`); the default is always among
-        them (its ticks measure it everywhere), and exact ties go to the setting nearest
-        the default (`_best_index`)."""
-        features = self._feature_vector(latest_features)
-        codes = self._combo_codes
-        measured = self._local_counts(features, codes) >= max(1, cover)
-        measured |= (codes == np.array(self.default_setting)).all(axis=1)
-        codes = codes[measured]
-        return codes[self._best_index(self._predict_codes(features, codes), codes)]
+            measured = self._combo_codes[(counts >= max(1, cover)) | self._combo_is_default]
+            centre = measured[self._best_index(self._predict_codes(features, measured),
+                                               measured)]
+        return _grid_distance(self._combo_codes, centre, self._encoded_grids) <= 1
 
     def uncovered(self, latest_features: Mapping[str, Any] | None, cover: int) -> bool:
         """Whether a setting next to the best one measured here (not the default) was
@@ -883,13 +879,10 @@ class KnobLearner:
         coverage would try first.  False before a fit or on grids too large to list."""
         if self.booster is None or not self._full_grid:
             return False
-        codes = self._combo_codes[~(self._combo_codes == np.array(self.default_setting))
-                                  .all(axis=1)]
-        if not len(codes):
-            return False
-        near = self._trust_region(latest_features, codes, cover)
-        counts = self._local_counts(self._feature_vector(latest_features), codes[near])
-        return bool((counts < cover).any())
+        features = self._feature_vector(latest_features)
+        counts = self._local_counts(features, self._combo_codes)
+        near = self._trust_region(latest_features, features, counts, cover)
+        return bool((counts[near & ~self._combo_is_default] < cover).any())
 
     # ---- the policy -------------------------------------------------------
     def adopt(self, text: str) -> None:
