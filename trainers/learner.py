@@ -48,6 +48,7 @@ from mlfs.abi import (
     distance_from_default,
     knob_column,
 )
+from mlfs.sequential import MIN_EPISODES, boundary
 
 __all__ = [
     "KnobLearner",
@@ -59,6 +60,10 @@ __all__ = [
 
 #: beyond this many knob combinations the grid is searched one knob at a time
 MAX_CANDIDATES = 4096
+#: consecutive holdout rows that make one sample of `challenge`'s test: a row's error
+#: is not independent of its neighbours' (one workload phase runs for many ticks), a
+#: block of them is nearer to it; 20 rows are one second of the demo's ticks
+CHALLENGE_BLOCK = 20
 #: coverage's "states like this one": rows within this many standard deviations (root
 #: mean square over the features) of the state (`KnobLearner._local_counts`)
 STATE_RADIUS = 1.5
@@ -529,9 +534,12 @@ class KnobLearner:
         (`num_boost_round // 2` more trees fitted to its residuals: it keeps what the
         fleet learnt where this host has no rows, such as settings it never tried,
         and corrects it where it has), and a booster of this host's rows alone.
-        The best predictor wins: the prior is kept, or replaced by its fine-tuning on
-        all rows, or dropped -- `fit` on all rows, and the learner is no longer
-        adopted -- so a wrong prior cannot hold a host (issue 34 item 3).  Nothing
+        The better of prior and fine-tuning is kept (`chosen`; each challenge starts
+        again from the prior as it came).  The prior is dropped -- `fit` on all rows,
+        and the learner is no longer adopted, for good -- only when learning alone
+        predicts the newest rows better by a margin the data supports however often
+        the host looks (`drop_verdict`): so a wrong prior cannot hold a host (issue 34
+        item 3), and a right one is not thrown away on a lucky holdout.  Nothing
         happens below 100 rows."""
         if not self.adopted or self._prior is None:
             return {"dropped": False, "reason": "not adopted"}
@@ -547,11 +555,16 @@ class KnobLearner:
             "tuned": self._tune(X[:cut], y[:cut], w[:cut]),
             "local": self._train(X[:cut], y[:cut], w[:cut], self.num_boost_round),
         }
-        rmse = {name: float(np.sqrt(np.mean((y[cut:] - booster.predict(
-            X[cut:], num_threads=threads)) ** 2))) for name, booster in candidates.items()}
-        best = min(rmse, key=lambda name: (rmse[name], name != "prior"))  # a tie: the prior
+        errors = {name: np.abs(y[cut:] - booster.predict(X[cut:], num_threads=threads))
+                  for name, booster in candidates.items()}
+        rmse = {name: float(np.sqrt(np.mean(value ** 2))) for name, value in errors.items()}
+        kept = min(("prior", "tuned"), key=lambda name: (rmse[name], name != "prior"))
+        verdict = drop_verdict(errors["local"], errors[kept])
+        best = "local" if verdict["drop"] else kept
         out: dict[str, Any] = {"rows": n, "chosen": best, "dropped": best == "local",
-                               **{f"{name}_rmse": value for name, value in rmse.items()}}
+                               **{f"{name}_rmse": value for name, value in rmse.items()},
+                               "z": verdict["z"], "boundary": verdict["boundary"],
+                               "blocks": verdict["blocks"]}
         if best == "local":
             self.adopted = False
             out["fit"] = self.fit()
@@ -907,3 +920,32 @@ class KnobLearner:
         if self.booster is None:
             raise RuntimeError("policy_text() before a successful fit()")
         return self.booster.model_to_string()
+
+
+def drop_verdict(local_loss: np.ndarray, kept_loss: np.ndarray,
+                 block: int = CHALLENGE_BLOCK) -> dict[str, Any]:
+    """Whether learning alone predicts better than the kept prior by a margin that stays
+    valid however often it is asked (`KnobLearner.challenge`, every refit).
+
+    The samples are the per-row differences of squared error (local - kept) on the same
+    holdout rows, averaged over blocks of `block` consecutive rows; their z (mean over
+    its standard error) must fall below minus the normal-mixture boundary of
+    mlfs/sequential.py -- the test the proxy's mode machine decides with -- at
+    `MIN_EPISODES` blocks or more.  A lower RMSE alone is not enough: on a few hundred
+    rows it swings either way with the phase the holdout happened to catch, and a
+    drop cannot be taken back."""
+    differences = np.asarray(local_loss, dtype=np.float64) - np.asarray(kept_loss,
+                                                                        dtype=np.float64)
+    usable = len(differences) // block * block
+    means = differences[:usable].reshape(-1, block).mean(axis=1)
+    out: dict[str, Any] = {"drop": False, "blocks": len(means), "z": None,
+                           "boundary": round(boundary(len(means)), 3)}
+    if len(means) < MIN_EPISODES:
+        return out
+    spread = float(means.std(ddof=1)) / np.sqrt(len(means))
+    if not spread > 0:
+        return out
+    z = float(means.mean()) / spread
+    out["z"] = round(z, 3)
+    out["drop"] = z <= -boundary(len(means))
+    return out

@@ -3,7 +3,7 @@
 Pure and FUSE-free: `transition` takes the mode and the efficiency window's
 statistics and returns the switch to make (or None); the proxy calls it on
 every tick past the dwell and applies the switch.  Every decision rests on
-the anytime-valid interval of `mlfs.core.sequential`, so it stays valid
+the anytime-valid interval of `mlfs.sequential`, so it stays valid
 however often the proxy looks:
 
 - unknown (nan, fewer than `sequential.MIN_EPISODES` episodes, no
@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from mlfs.core.clock import rfc3339
 from mlfs.core.efficiency import EfficiencyStats
 from mlfs.core.events import EventBus
-from mlfs.core.sequential import Interval, interval
+from mlfs.sequential import Interval, interval
 
 log = logging.getLogger("mlfs.proxy")
 

@@ -19,7 +19,7 @@ from mlfs.config import parse_config
 from mlfs.core.efficiency import EfficiencyStats
 from mlfs.core.exchange import Exchange
 from mlfs.core.modes import efficiency_interval, transition
-from mlfs.core.sequential import MIN_EPISODES, boundary
+from mlfs.sequential import MIN_EPISODES, boundary
 
 MODES = parse_config("", "defaults").modes
 

@@ -1,4 +1,10 @@
-"""An anytime-valid confidence interval for the efficiency: the normal-mixture boundary.
+"""Anytime-valid decisions: the normal-mixture boundary, shared by proxy and trainer.
+
+Two parties decide on evidence they look at again and again: the proxy's mode
+machine (mlfs/core/modes.py) on the efficiency, every tick, and the trainer's
+challenge of an adopted fleet policy (`KnobLearner.challenge`), every refit.
+Both use the boundary below, so it lives outside the core, where a trainer may
+import it (a rule defined once; the trainers' import contract allows it).
 
 The proxy reads the efficiency on every tick and acts the moment a threshold
 is crossed.  A fixed z threshold (2.0) is valid for one look at a sample size
