@@ -186,6 +186,39 @@ def test_in_automatic_collaboration_a_policy_runs_a_setting_only_where_it_was_me
     assert not [t for t in sixteen_in_b if t >= sixteen_in_b[0] + 25], sixteen_in_b
 
 
+def test_in_automatic_learning_a_policy_never_runs_its_guess_in_a_phase_it_never_saw(tmp_path):
+    """Learning's ML ticks are what promotion judges, so they run the policy as
+    collaboration would: restricted.  Unrestricted, this policy ran x = 16 on its ML
+    ticks in phase B (x0.3 there); the demo's learning efficiency fell to 0.45 for
+    300 ticks the same way (docs/bench/learning-34).  Restricted, it keeps to the
+    default and its neighbours there (phase A's measurement of 16 is at another
+    workload level).  Promotion is out of reach here, so every tick is judged in
+    learning."""
+    config = parse_config("[modes]\nsilence_seconds = 1e9\nlearning_share = 0.5\n"
+                          "to_collaboration = 100.0\n", "test")
+    subsystem = TwoLevels(switch_at=150)
+    rt = Exchange(config, tmp_path, [subsystem]).runtimes["test.levels"]
+    try:
+        proxy = rt.create_model("m")
+        proxy.start()
+        proxy.recommend(b"x=16 ttl=40\n")
+        for _ in range(100):
+            rt.tick()
+        proxy.set_policy(always_sixteen_policy())
+        modes = set()
+        for _ in range(120):
+            rt.tick()
+            modes.add(proxy.mode)
+    finally:
+        rt.close()
+    assert modes == {"learning"}
+    applied = subsystem.applied
+    assert 16 in {x for t, x in applied if 100 <= t < 150}, "measured in phase A: allowed there"
+    in_b = {x for t, x in applied if t >= 150}
+    assert 16 not in in_b and in_b <= {2, 4, 8}, \
+        f"only the default and its neighbours until one is measured in phase B: {in_b}"
+
+
 def test_a_pinned_mode_skips_the_safe_set_as_it_skips_the_efficiency_gate(tmp_path):
     applied = run_two_levels(tmp_path, pin=True)
     assert len([t for t, x in applied if t >= 190 and x == 16]) >= 10
