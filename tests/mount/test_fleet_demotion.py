@@ -6,9 +6,9 @@ bad fleet policy always picks read_ahead_kb=32: the best value on B (325 MiB/s
 against the default 128's 240) and a third of the default on A (325 against
 960).  Each host pulls it with `mlfs train --fleet`; both start in collaboration
 with automatic switching, and each host's own proxy measures it: on A the safe set
-(mlfs/core/safe_set.py) never lets it run 32 KiB (the step on the way, 64 KiB, loses
-there), so it runs the default and is not promoted (a loss it did run may demote it);
-B promotes it to recommendation.
+(mlfs/core/safe_set.py) never lets it run 32 KiB, in any mode (the step on the way,
+64 KiB, loses there), so it runs the default (a loss it did run may demote it); B
+promotes it to recommendation.
 """
 
 from __future__ import annotations
@@ -152,23 +152,23 @@ def test_a_bad_fleet_policy_is_contained_on_one_host_while_another_keeps_it(
         # the efficiency each switch was decided on, from its event (the files show the
         # new mode's own evidence from the switch on, so they start again at nan)
         assert 1.05 < decided_efficiency(promoted)
-        # on A the safe set never lets the policy run 32 KiB in collaboration (two steps
-        # from the default, through 64 KiB, which loses there): contained, or demoted on
-        # what it did run (in learning its policy runs unrestricted again), never promoted
-        assert mode[a].read_text() in ("collaboration\n", "learning\n", "emergency\n")
-        ran = policy_ticks_on_a()  # before the events: no demotion then, none in these rows
+        # on A the safe set never lets the policy run 32 KiB, in any mode (two steps from
+        # the default, through 64 KiB, which loses there): contained.  A demotion is
+        # decided on a loss it did run.  Overruled to the default, its ticks ran the
+        # default: a model with no effect, which the anytime test promotes at most at
+        # its error rate (5 %; it did once in CI), so A's mode is not asserted
+        ran = policy_ticks_on_a()
+        assert BAD_KB not in {r["knob_read_ahead_kb"] for r in ran}, (
+            switched, [(r["tick"], r["knob_read_ahead_kb"]) for r in ran][:40])
         demoted = [e for e in events.read() if e.get("event") == "mode"
                    and e.get("to") == "learning" and e.get("model") == "lgbm"]
         assert all(decided_efficiency(e) < 0.97 for e in demoted), demoted
-        if not demoted:
-            assert BAD_KB not in {r["knob_read_ahead_kb"] for r in ran}, (
-                switched, [(r["tick"], r["knob_read_ahead_kb"]) for r in ran][:40])
         # the host changed its mode, not the policy; the fleet's copy is untouched
         for m in (a, b):
             assert (m.sub / "models" / "lgbm" / "policy").read_text() == running[m]
         folder = store / "policies" / "sim.readahead"
         assert (folder / f"{card['version']:010d}.txt").read_text() == text
-        # the fleet-wide report, from the store alone: same policy, two verdicts
+        # the fleet-wide report, from the store alone: same policy, each host's verdict
         for m in (a, b):
             done = subprocess.run(
                 mlfs_command("fleet", "push", str(m.mountpoint), "--store", str(store),
@@ -180,8 +180,9 @@ def test_a_bad_fleet_policy_is_contained_on_one_host_while_another_keeps_it(
         assert done.returncode == 0, done.stderr
         report = {r["host"]: r for r in json.loads(done.stdout)["rows"]}
         hosts = {m: (m.mountpoint / "host").read_text().strip() for m in (a, b)}
-        # A contained or demoted (or sunk to emergency): never promoted
-        assert report[hosts[a]]["mode"] in ("collaboration", "learning", "emergency")
+        # each host's verdict as its own proxy decided it (A's: contained above)
+        assert report[hosts[a]]["mode"] in ("learning", "collaboration", "recommendation",
+                                            "emergency")
         assert report[hosts[b]]["mode"] == "recommendation"
         for m in (a, b):
             row = report[hosts[m]]
@@ -189,7 +190,7 @@ def test_a_bad_fleet_policy_is_contained_on_one_host_while_another_keeps_it(
             if running[m] == text:  # not yet boosted on local residuals
                 assert row["policy"] == f"fleet {card['version']}"
         summary = json.loads(done.stdout)["subsystems"]["sim.readahead"]
-        assert summary["hosts"] == 2 and summary["modes"]["recommendation"] == 1
+        assert summary["hosts"] == 2 and summary["modes"]["recommendation"] >= 1
     finally:
         for stream in (events, events_b):
             if stream is not None:
