@@ -149,25 +149,30 @@ def always_sixteen_policy() -> bytes:
                       "min_data_in_bin": 1}, data, num_boost_round=30).model_to_string().encode()
 
 
-def run_two_levels(tmp_path, pin: bool) -> list[tuple[int, int]]:
-    """Collaboration (automatic, or pinned with `pin`); the trainer measures x = 16 in
-    phase A for 40 ticks, then the policy runs into phase B."""
-    config = parse_config("[modes]\nsilence_seconds = 1e9\n", "test")
+def run_two_levels(tmp_path, pin: bool, start: str | None = "collaboration",
+                   modes_settings: str = "") -> tuple[list[tuple[int, int]], set[str]]:
+    """A model in `start` (automatic, or pinned with `pin`; None: a new model's
+    learning); the trainer measures x = 16 in phase A for 40 ticks, then the policy
+    runs into phase B.  The settings applied, and the modes seen once it runs."""
+    config = parse_config(f"[modes]\nsilence_seconds = 1e9\n{modes_settings}", "test")
     subsystem = TwoLevels(switch_at=150)
     rt = Exchange(config, tmp_path, [subsystem]).runtimes["test.levels"]
     try:
         proxy = rt.create_model("m")
         proxy.start()
-        proxy.set_mode(b"collaboration\n")
-        if not pin:
-            proxy.set_mode(b"auto\n")
+        if start is not None:
+            proxy.set_mode(f"{start}\n".encode())
+            if not pin:
+                proxy.set_mode(b"auto\n")
         proxy.recommend(b"x=16 ttl=40\n")
         for _ in range(100):
             rt.tick()
         proxy.set_policy(always_sixteen_policy())
+        modes = set()
         for _ in range(120):
             rt.tick()
-        return subsystem.applied
+            modes.add(proxy.mode)
+        return subsystem.applied, modes
     finally:
         rt.close()
 
@@ -176,7 +181,7 @@ def test_in_automatic_collaboration_a_policy_runs_a_setting_only_where_it_was_me
     """In phase B the policy steps toward x = 16 through 8 (neutral there, so safe), tries
     16 for one run of ML ticks as the next step, and never again once that run's pairs
     judge it a clear loss."""
-    applied = run_two_levels(tmp_path, pin=False)
+    applied, _ = run_two_levels(tmp_path, pin=False)
     in_a = {x for t, x in applied if 100 <= t < 150}
     assert 16 in in_a, "measured in phase A by the trainer: the policy may run it there"
     sixteen_in_b = [t for t, x in applied if t >= 150 and x == 16]
@@ -194,25 +199,9 @@ def test_in_automatic_learning_a_policy_never_runs_its_guess_in_a_phase_it_never
     default and its neighbours there (phase A's measurement of 16 is at another
     workload level).  Promotion is out of reach here, so every tick is judged in
     learning."""
-    config = parse_config("[modes]\nsilence_seconds = 1e9\nlearning_share = 0.5\n"
-                          "to_collaboration = 100.0\n", "test")
-    subsystem = TwoLevels(switch_at=150)
-    rt = Exchange(config, tmp_path, [subsystem]).runtimes["test.levels"]
-    try:
-        proxy = rt.create_model("m")
-        proxy.start()
-        proxy.recommend(b"x=16 ttl=40\n")
-        for _ in range(100):
-            rt.tick()
-        proxy.set_policy(always_sixteen_policy())
-        modes = set()
-        for _ in range(120):
-            rt.tick()
-            modes.add(proxy.mode)
-    finally:
-        rt.close()
+    applied, modes = run_two_levels(tmp_path, pin=False, start=None, modes_settings=(
+        "learning_share = 0.5\nto_collaboration = 100.0\n"))
     assert modes == {"learning"}
-    applied = subsystem.applied
     assert 16 in {x for t, x in applied if 100 <= t < 150}, "measured in phase A: allowed there"
     in_b = {x for t, x in applied if t >= 150}
     assert 16 not in in_b and in_b <= {2, 4, 8}, \
@@ -220,5 +209,5 @@ def test_in_automatic_learning_a_policy_never_runs_its_guess_in_a_phase_it_never
 
 
 def test_a_pinned_mode_skips_the_safe_set_as_it_skips_the_efficiency_gate(tmp_path):
-    applied = run_two_levels(tmp_path, pin=True)
+    applied, _ = run_two_levels(tmp_path, pin=True)
     assert len([t for t, x in applied if t >= 190 and x == 16]) >= 10
