@@ -27,10 +27,10 @@ changed), a policy fitted on one phase ran its guess in the next: in `mlfs demo`
 it ran 32 KiB of read-ahead on a sequential scan (x0.34 of the default) for 150
 ticks, the learning efficiency fell to 0.45-0.8 and promotion waited for it to
 recover; with learning restricted, 5 of 8 demo runs reached recommendation by tick
-1,200 against 2 of 7 without (docs/bench/learning-34).  A mode pinned by a write to
-`mode` is left alone (a pin skips the proxy's gates: the efficiency test and this
-one).  The trainer's own recommendations are never filtered (they are how settings
-get measured).
+1,200, against 1 of 4 on the same code without (docs/bench/learning-34).  A mode
+pinned by a write to `mode` is left alone (a pin skips the proxy's gates: the
+efficiency test and this one).  The trainer's own recommendations are never filtered
+(they are how settings get measured).
 
 The evidence is the proxy's own, not the trainer's word: the stable pairs of
 its efficiency window (`mlfs.core.efficiency`), the same numbers the mode
