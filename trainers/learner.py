@@ -927,19 +927,20 @@ def drop_verdict(local_loss: np.ndarray, kept_loss: np.ndarray,
     """Whether learning alone predicts better than the kept prior by a margin that stays
     valid however often it is asked (`KnobLearner.challenge`, every refit).
 
-    The samples are the per-row differences of squared error (local - kept) on the same
-    holdout rows, averaged over blocks of `block` consecutive rows; their z (mean over
-    its standard error) must fall below minus the normal-mixture boundary of
-    mlfs/sequential.py -- the test the proxy's mode machine decides with -- at
-    `MIN_EPISODES` blocks or more.  A lower RMSE alone is not enough: on a few hundred
-    rows it swings either way with the phase the holdout happened to catch, and a
-    drop cannot be taken back."""
+    The samples are the per-row differences of loss (local - kept; `challenge` passes
+    absolute errors: squared error is carried by a few rows) on the same holdout rows,
+    averaged over blocks of `block` consecutive rows; their z (mean over its standard
+    error) must fall below minus the normal-mixture boundary of mlfs/sequential.py --
+    the test the proxy's mode machine decides with -- at `MIN_EPISODES` blocks or more.
+    A lower RMSE alone is not enough: on a few hundred rows it swings either way with
+    the phase the holdout happened to catch, and a drop cannot be taken back."""
     differences = np.asarray(local_loss, dtype=np.float64) - np.asarray(kept_loss,
                                                                         dtype=np.float64)
     usable = len(differences) // block * block
     means = differences[:usable].reshape(-1, block).mean(axis=1)
+    needed = boundary(len(means))
     out: dict[str, Any] = {"drop": False, "blocks": len(means), "z": None,
-                           "boundary": round(boundary(len(means)), 3)}
+                           "boundary": round(needed, 3)}
     if len(means) < MIN_EPISODES:
         return out
     spread = float(means.std(ddof=1)) / np.sqrt(len(means))
@@ -947,5 +948,5 @@ def drop_verdict(local_loss: np.ndarray, kept_loss: np.ndarray,
         return out
     z = float(means.mean()) / spread
     out["z"] = round(z, 3)
-    out["drop"] = z <= -boundary(len(means))
+    out["drop"] = z <= -needed
     return out
