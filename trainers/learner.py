@@ -376,6 +376,25 @@ class KnobLearner:
         self._note_feedback_features(X, ticks)
         return len(y)
 
+    def note_features(self, tick: int, features: Mapping[str, Any]) -> bool:
+        """The subsystem's `features` file: the last tick's features, the state the
+        proxy decides a policy's tick on.  Newer than the rows' (`latest_tick`), it is
+        the state exploration and recommendations decide on from now; returns whether
+        it was.  Rows come sealed, up to a seal interval late: a trainer that chose on
+        them explored the last phase's neighbourhood for the first ticks of a new one
+        (1,024 and 2,048 KiB at x0.26 in a strided phase, learning bench seed 49).  A
+        null value is missing (NaN, as in the rows); a feature not there: not used."""
+        if self.latest_tick is not None and tick <= self.latest_tick:
+            return False
+        try:
+            values = {c: math.nan if features[c] is None else float(features[c])
+                      for c in self.feature_columns}
+        except (KeyError, TypeError, ValueError):
+            return False
+        self.latest_tick = int(tick)
+        self.latest_features = values
+        return True
+
     def _note_feedback_features(self, X: np.ndarray, ticks: np.ndarray) -> None:
         """Feedback arrives sooner than sealed dataset portions; its decision-time
         features of tick t are the sample of tick t - 1, the freshest state known."""

@@ -488,6 +488,7 @@ class _Worker:
         """Ask the schedule what to send; pace it by the recommendation's ttl."""
         if now < self.t_next_rec or self.start_pending:
             return
+        self.read_features()
         decision = self.schedule.decide(self.mode, policy_live=self.policy_live)
         if self.mode == "emergency":
             self.t_next_rec = now + EMERGENCY_RETRY_SECONDS
@@ -496,6 +497,26 @@ class _Worker:
         sent = decision is not None and self.recommend(decision)
         # an upload held back while it runs goes first at the next decision
         self.exploring = sent and decision.exploring
+
+    def read_features(self) -> None:
+        """Decide on the last tick's features (`features`), the state the proxy is in,
+        not on the newest sealed row (`KnobLearner.note_features`)."""
+        try:
+            text = self.read_attr(self.sub / "features")
+        except OSError as exc:
+            self.check_gone(exc)
+            self.warn("features", "cannot read %s: %s", self.sub / "features",
+                      os.strerror(exc.errno or 0))
+            return
+        try:
+            sample = json.loads(text)
+            tick, features = sample["tick"], sample["features"]
+        except (ValueError, KeyError, TypeError):
+            self.warn("features", "unreadable %s: %r", self.sub / "features", text[:80])
+            return
+        if isinstance(tick, int) and isinstance(features, dict):
+            assert self.learner is not None
+            self.learner.note_features(tick, features)
 
     def read_mode(self) -> None:
         try:

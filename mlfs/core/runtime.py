@@ -74,6 +74,15 @@ MAX_REPORT_EVENTS = 32
 CONFIG, LOADED = "config", "load"
 
 
+def _finite_or_none(value: object) -> float | None:
+    """A feature's value as JSON can carry it: a finite number, else null."""
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
 @dataclass
 class TickPlan:
     tick: int
@@ -137,6 +146,8 @@ class SubsystemRuntime:
         self._active: list[ModelProxy] | None = None  # started models, in `models` order
         self.last_sample: Sample | None = None
         self.last_features: dict | None = None
+        #: the tick `last_features` were sampled on (None before the first)
+        self.last_features_tick: int | None = None
         self.knob_values: dict[str, KnobValue] = subsystem.default_knobs(None)
         self.last_objective = math.nan
         self._objective_override: float | None = None
@@ -322,6 +333,17 @@ class SubsystemRuntime:
     def objective_text(self) -> str:
         return format_value(self.last_objective)
 
+    def features_text(self) -> str:
+        """What `features` shows: the last tick's features as the dataset's columns
+        name them, with the tick they were sampled on (JSON, one line; a value that is
+        missing or not finite is null).  The proxy decides a policy's ML tick on these;
+        a trainer choosing a recommendation reads them so that it decides on the same
+        state, not on its newest sealed row, which is up to a seal interval old (a
+        workload phase may have changed since)."""
+        features = {name: _finite_or_none(value)
+                    for name, value in (self.last_features or {}).items()}
+        return json.dumps({"tick": self.last_features_tick, "features": features}) + "\n"
+
     def knob_text(self, name: str) -> str:
         """What `knobs/<name>` shows: the value in effect on the last tick."""
         return format_value(self.knob_values[name])
@@ -419,6 +441,7 @@ class SubsystemRuntime:
             self.held = None
         self.last_sample = sample
         self.last_features = sample_features
+        self.last_features_tick = plan.tick
         self.knob_values = knobs
         if self.application is None:
             self.last_objective = objective

@@ -177,8 +177,9 @@ class PortionDir(Dir):
         return out
 
 
-class ReportFile(Attr):
-    """One report (a signature's title, counts and first block): a snapshot per open."""
+class ReadOnlyAttr(Attr):
+    """A read-only attribute of a subsystem whose data may be private (0440 then, as
+    its dataset): a snapshot per open."""
 
     def __init__(self, tree: Tree, name: str, parent: Dir, read: ReadFn, private: bool) -> None:
         super().__init__(tree, name, parent, read=read)
@@ -186,6 +187,10 @@ class ReportFile(Attr):
 
     def mode(self) -> int:
         return stat.S_IFREG | (0o440 if self.private else 0o444)
+
+
+class ReportFile(ReadOnlyAttr):
+    """One report (a signature's title, counts and first block)."""
 
 
 class ReportsDir(Dir):
@@ -277,6 +282,7 @@ class SubsystemDir(Dir):
             knobs.add(Attr(tree, name, knobs, read=functools.partial(runtime.knob_text, name)))
         self.add(EventsFile(tree, "events", self, runtime.name))
         private = runtime.subsystem.private
+        self.add(ReadOnlyAttr(tree, "features", self, runtime.features_text, private))
         # dataset/, and records/ for a record source (many rows per tick, or none)
         for name, portions in runtime.portion_views().items():
             self.add(PortionDir(tree, name, self, portions, private))

@@ -71,6 +71,10 @@ def run_seed(seed: int, ticks: int, fit_every: int = 200,
         exploring = np.zeros(ticks, dtype=bool)  # ticks an exploration may have run
         for t in range(ticks):
             if proxy.current is None:  # the last one expired: as the worker's ttl pacing
+                # what the worker reads from `features` before it decides
+                sample = json.loads(runtime.features_text())
+                if sample["tick"] is not None:
+                    learner.note_features(sample["tick"], sample["features"])
                 steer = schedule.decide(proxy.mode, policy_live=policy_live)
                 if steer is not None:
                     proxy.recommend(steer.line().encode())

@@ -12,7 +12,8 @@ import pytest
 from mlfs.abi import ABI_VERSION
 from tests.harness import sh, wait_for, write_errno
 
-SUB_ENTRIES = ["control", "dataset", "events", "info", "knobs", "models", "objective"]
+SUB_ENTRIES = ["control", "dataset", "events", "features", "info", "knobs", "models",
+               "objective"]
 MODEL_ENTRIES = ["control", "efficiency", "errors", "feedback", "knobs", "mode",
                  "mode_switching", "policy", "recommend", "recommendations", "state"]
 MODEL_MODES = {
@@ -42,6 +43,7 @@ def test_root_and_subsystem_entries_have_the_spec_modes_and_owner(shared_mount):
         sub / "objective": (0o644, False), sub / "knobs": (0o755, True),
         sub / "knobs/read_ahead_kb": (0o444, False), sub / "events": (0o444, False),
         sub / "dataset": (0o755, True), sub / "models": (0o755, True),
+        sub / "features": (0o444, False),
     }
     for path, (mode, is_dir) in expected.items():
         assert perm(path) == (mode, 0, 0, is_dir), path
@@ -71,6 +73,7 @@ def test_text_attributes_are_ascii_and_end_in_a_newline(shared_mount, shared_mod
         shared_mount.mountpoint / "version": r"mlfs \d+\.\d+\.\d+",
         sub / "knobs/read_ahead_kb": r"\d+",
         sub / "objective": r"nan|-?\d+(\.\d+)?(e[-+]\d+)?",
+        sub / "features": r'\{"tick": \d+, "features": \{.*\}\}',
         model / "state": "initialized", model / "mode": "learning",
         model / "mode_switching": "auto", model / "knobs": "read_ahead_kb",
         model / "efficiency": "nan",

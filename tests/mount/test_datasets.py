@@ -119,6 +119,24 @@ def test_rows_have_the_spec_columns_and_types(quiet_mount):
     assert set(table.column("controller").to_pylist()) <= {"default", "ml"}
 
 
+def test_features_shows_the_last_ticks_features_as_that_ticks_dataset_row(quiet_mount):
+    """`features`: what a trainer decides a recommendation on, so it must be the state
+    the proxy decides a policy's tick on: the newest tick's features, by the dataset's
+    column names, equal to that tick's row once it is sealed."""
+    import json
+
+    info = json.loads((quiet_mount.sub / "info").read_text())
+    sample = json.loads((quiet_mount.sub / "features").read_text())
+    assert set(sample["features"]) == set(info["features"])
+    prepare(quiet_mount)  # seals every row so far, the sampled tick's among them
+    rows = pq.read_table(quiet_mount.sub / "dataset",
+                         filters=[("tick", "=", sample["tick"])]).to_pylist()
+    assert len(rows) == 1
+    assert sample["features"] == {name: rows[0][name] for name in info["features"]}
+    wait_for(lambda: json.loads((quiet_mount.sub / "features").read_text())["tick"]
+             > sample["tick"], what="features of a newer tick")
+
+
 def test_ticks_rise_by_one_across_portions_and_ts_follows(quiet_mount):
     prepare(quiet_mount, 2)
     ticks, stamps = [], []

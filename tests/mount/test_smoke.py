@@ -16,7 +16,8 @@ def test_version_info_and_layout_match_the_contract(mount):
     assert info["objective"]["goal"] == "max"
     assert set(info["knobs"]) == {"read_ahead_kb"}
     assert sorted(p.name for p in mount.sub.iterdir()) == [
-        "control", "dataset", "events", "info", "knobs", "models", "objective"]
+        "control", "dataset", "events", "features", "info", "knobs", "models",
+        "objective"]
 
 
 def test_echo_recommendation_then_prepare_dataset_gives_a_readable_portion(mount):

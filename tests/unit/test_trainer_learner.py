@@ -552,3 +552,29 @@ def test_coverage_counts_no_rows_of_another_phase_while_this_one_has_few() -> No
     if unseen & near:
         assert unseen & near <= covering <= near
     assert 128 not in covering
+
+
+def test_the_features_file_is_the_state_decided_on_when_newer_than_the_rows() -> None:
+    """A trainer decides on the subsystem's `features` (the last tick's) once they are
+    newer than its rows: in a phase that began after the newest sealed row, what it
+    recommends is the new phase's best, not the old one's.  Older ones change nothing,
+    a sample without one of the model's features is not used, and null is missing."""
+    learner = KnobLearner(INFO)
+    learner.add_dataset(make_dataset(3000, seed=12, explore_share=0.25))
+    assert learner.fit()["fitted"]
+    rng = np.random.default_rng(3)
+    newest = learner.latest_tick
+    old_phase = learner.recommend()[0]["read_ahead_kb"]
+    new_phase = "random" if old_phase >= 512 else "sequential"
+    feats = phase_features(new_phase, rng)
+    assert learner.note_features(newest + 5, feats)
+    assert learner.latest_tick == newest + 5
+    assert learner.recommend()[0]["read_ahead_kb"] == learner.recommend(feats)[0]["read_ahead_kb"]
+    assert near(learner.recommend()[0]["read_ahead_kb"], PHASES[new_phase][1])
+    assert not learner.note_features(newest + 5, phase_features("strided", rng)), "not newer"
+    assert learner.latest_features == {c: float(feats[c]) for c in FEATURES}
+    partial = {c: v for c, v in phase_features("strided", rng).items() if c != FEATURES[0]}
+    assert not learner.note_features(newest + 9, partial)
+    with_null = {**phase_features("strided", rng), FEATURES[0]: None}
+    assert learner.note_features(newest + 9, with_null)
+    assert math.isnan(learner.latest_features[FEATURES[0]])
