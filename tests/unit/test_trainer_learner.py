@@ -183,6 +183,19 @@ def local_count(learner: KnobLearner, feats: dict, value: int) -> int:
     return int(learner._local_counts(learner._feature_vector(feats), codes)[0])
 
 
+def fitted_on_values(values: list[int], seed: int = 41) -> KnobLearner:
+    """A learner fitted on the synthetic phases with only `values` of the knob tried."""
+    import pyarrow.compute as pc
+
+    table = make_dataset(3000, seed=seed, explore_share=0.5)
+    table = table.filter(pc.is_in(table.column("knob_read_ahead_kb"),
+                                  pa.array(values, pa.int64())))
+    learner = KnobLearner(INFO)
+    learner.add_dataset(table)
+    assert learner.fit()["fitted"]
+    return learner
+
+
 def test_after_a_fit_explore_tries_every_unseen_candidate_before_the_ucb_picks() -> None:
     """Coverage: every candidate never measured in this kind of state, within one grid
     step of what the policy would run there (the trust region), is tried first.
@@ -192,15 +205,8 @@ def test_after_a_fit_explore_tries_every_unseen_candidate_before_the_ucb_picks()
     the top of the grid; a phase whose gain lies where the trees extrapolate
     badly (the dirty ratios' 1 %) would never be measured.
     """
-    import pyarrow.compute as pc
-
     seen_values = [64, 128, 256]
-    table = make_dataset(3000, seed=41, explore_share=0.5)
-    table = table.filter(pc.is_in(table.column("knob_read_ahead_kb"),
-                                  pa.array(seen_values, pa.int64())))
-    learner = KnobLearner(INFO)
-    learner.add_dataset(table)
-    assert learner.fit()["fitted"]
+    learner = fitted_on_values(seen_values)
     rng = np.random.default_rng(5)
     feats = phase_features("sequential", rng)
     unseen = set(GRID) - set(seen_values)
@@ -229,15 +235,8 @@ def test_the_ucb_pick_never_jumps_to_a_setting_two_steps_from_anything_measured_
     settings nothing here vouches for: on the simulator 1, 2 and 4 KiB in a sequential
     phase at x0.17-0.19 the default (learning bench seed 21), holding learning's
     efficiency down for 700 ticks (docs/bench/learning-34)."""
-    import pyarrow.compute as pc
-
     measured = [64, 128, 256]
-    table = make_dataset(3000, seed=41, explore_share=0.5)
-    table = table.filter(pc.is_in(table.column("knob_read_ahead_kb"),
-                                  pa.array(measured, pa.int64())))
-    learner = KnobLearner(INFO)
-    learner.add_dataset(table)
-    assert learner.fit()["fitted"]
+    learner = fitted_on_values(measured)
     one_step = set(GRID[GRID.index(64) - 1: GRID.index(256) + 2])
     for phase, seed in (("sequential", 5), ("random", 6), ("strided", 7)):
         rng = np.random.default_rng(seed)
