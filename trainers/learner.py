@@ -389,7 +389,7 @@ class KnobLearner:
         try:
             values = {c: math.nan if features[c] is None else float(features[c])
                       for c in self.feature_columns}
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, OverflowError):
             return False
         self.latest_tick = int(tick)
         self.latest_features = values

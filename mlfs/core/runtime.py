@@ -78,7 +78,7 @@ def _finite_or_none(value: object) -> float | None:
     """A feature's value as JSON can carry it: a finite number, else null."""
     try:
         number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # a plugin's int past a float's range
         return None
     return number if math.isfinite(number) else None
 

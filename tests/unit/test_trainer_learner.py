@@ -574,6 +574,8 @@ def test_the_features_file_is_the_state_decided_on_when_newer_than_the_rows() ->
     assert learner.latest_features == {c: float(feats[c]) for c in FEATURES}
     partial = {c: v for c, v in phase_features("strided", rng).items() if c != FEATURES[0]}
     assert not learner.note_features(newest + 9, partial)
+    too_big = {**phase_features("strided", rng), FEATURES[0]: 10**400}
+    assert not learner.note_features(newest + 9, too_big), "past a float's range: not used"
     with_null = {**phase_features("strided", rng), FEATURES[0]: None}
     assert learner.note_features(newest + 9, with_null)
     assert math.isnan(learner.latest_features[FEATURES[0]])
