@@ -219,7 +219,8 @@ def test_the_schedule_drifts_across_a_periodic_workload_so_every_phase_is_judged
         for _ in range(3000):
             rt.tick()
         pairs = list(proxy.window._pairs)
-        by_phase = {level: [(o, b) for _, o, b in pairs if (b > 50) == (level == "high")]
+        by_phase = {level: [(p.observed, p.baseline) for p in pairs
+                            if (p.baseline > 50) == (level == "high")]
                     for level in ("high", "low")}
         for level, got in by_phase.items():
             assert len(got) >= 50, (level, len(got))
@@ -245,7 +246,8 @@ def test_a_phases_own_profile_is_balanced_out_by_counting_defaults_between_ml_ti
         for _ in range(8000):
             rt.tick()
         window = proxy.window
-        forward = sum(o for _, o, _ in window._pairs) / sum(b for _, _, b in window._pairs)
+        forward = (sum(p.observed for p in window._pairs)
+                   / sum(p.baseline for p in window._pairs))
         stats = window.stats()
         assert forward > GAIN + 0.06, ("the pairs alone are fooled", forward)
         assert stats.reverse_ticks >= 20 and stats.ml_ticks >= 20, stats
