@@ -122,6 +122,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from mlfs.abi import Settling
+from mlfs.sequential import MIN_EPISODES
 
 from .episodes import pair_span
 
@@ -227,8 +228,10 @@ class EfficiencyWindow:
         self._pending_defaults: list[tuple[int, float]] = []
         self._reverse: collections.deque[Counted] = collections.deque()
         #: |ln| of the ratio of two clean default ticks in a row, the last NOISE_SAMPLES:
-        #: what one tick's measurement noise is (`noise_variance`)
+        #: what one tick's measurement noise is (`noise_variance`); and of two apart
+        #: (recommendation's probes), the workload's drift between them included
         self._tick_noise: collections.deque[float] = collections.deque(maxlen=NOISE_SAMPLES)
+        self._far_noise: collections.deque[float] = collections.deque(maxlen=NOISE_SAMPLES)
         #: the evidence starts after this tick (`restart`): a mode switch's
         self._since: int | None = None
 
@@ -244,10 +247,16 @@ class EfficiencyWindow:
     def noise_variance(self) -> float | None:
         """One tick's relative measurement variance, from clean default ticks in a row
         (the median absolute log ratio, so a phase change between two of them does not
-        count); None until MIN_NOISE_SAMPLES pairs were seen."""
-        if len(self._tick_noise) < MIN_NOISE_SAMPLES:
-            return None
-        sigma = statistics.median(self._tick_noise) / (_MAD_TO_SIGMA * math.sqrt(2))
+        count).  Until MIN_NOISE_SAMPLES such pairs were seen (a model pinned into
+        recommendation at once: its probes are never in a row), from consecutive clean
+        default ticks further apart, which also count the drift between them (so it
+        errs on the safe side); None below MIN_EPISODES of those."""
+        kept = self._tick_noise
+        if len(kept) < MIN_NOISE_SAMPLES:
+            kept = self._far_noise
+            if len(kept) < MIN_EPISODES:
+                return None
+        sigma = statistics.median(kept) / (_MAD_TO_SIGMA * math.sqrt(2))
         return sigma * sigma
 
     @property
@@ -312,9 +321,10 @@ class EfficiencyWindow:
             self._expire(tick)
             return []
         resolved = self._resolve(objective, tick)
-        if (self._last_default_tick == tick - 1 and objective > 0
-                and self._bracket_ok(self._last_default, objective, 1)):
-            self._tick_noise.append(abs(math.log(objective / self._last_default)))
+        if (self._last_default_tick is not None and objective > 0
+                and self._bracket_ok(self._last_default, objective, 0)):
+            kept = self._tick_noise if tick - self._last_default_tick == 1 else self._far_noise
+            kept.append(abs(math.log(objective / self._last_default)))
         if math.isfinite(objective):
             self._last_default = objective
             self._last_default_tick = tick

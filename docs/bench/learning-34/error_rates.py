@@ -1,11 +1,12 @@
 """False-decision rates under continuous monitoring: a model with no effect (gain 1.0),
-pinned in collaboration, the window read on every tick; how many runs ever cross
+pinned in a mode, the window read on every tick; how many runs ever cross
 the old fixed rule (|z| >= 2) and the new anytime-valid interval (clear of 1).
 
-    PYTHONPATH=. python docs/bench/learning-34/error_rates.py 100 3000 0.05 [WINDOW_TICKS]
+    PYTHONPATH=. python docs/bench/learning-34/error_rates.py 100 3000 0.05 [WINDOW_TICKS [MODE]]
 
-WINDOW_TICKS (default: the configuration's default) is `[modes] window_ticks`: the
-most ticks of evidence the test reads (beyond it the sample slides).
+WINDOW_TICKS (default, or 0: the configuration's default) is `[modes] window_ticks`:
+the most ticks of evidence the test reads (beyond it the sample slides).  MODE is
+the mode pinned (collaboration by default; recommendation: 5 % default probes).
 """
 
 import sys
@@ -18,8 +19,8 @@ from mlfs.core.modes import efficiency_interval
 from tests.unit.test_proxy_modes import Scripted, VirtualClock
 
 
-def one_run(seed: int, ticks: int, noise: float, window: int | None = None
-            ) -> tuple[bool, bool, bool, bool]:
+def one_run(seed: int, ticks: int, noise: float, window: int | None = None,
+            mode: str = "collaboration") -> tuple[bool, bool, bool, bool]:
     with tempfile.TemporaryDirectory() as d:
         sub = Scripted(seed=seed)
         sub.gain, sub.noise = 1.0, noise
@@ -28,7 +29,7 @@ def one_run(seed: int, ticks: int, noise: float, window: int | None = None
         rt = Exchange(config, Path(d), [sub], clock=VirtualClock()).runtimes["test.modes"]
         proxy = rt.create_model("m")
         proxy.start()
-        proxy.set_mode(b"collaboration\n")
+        proxy.set_mode(mode.encode() + b"\n")
         proxy.recommend(b"x=1\n")
         old_up = old_down = new_up = new_down = False
         for t in range(ticks):
@@ -47,10 +48,11 @@ def one_run(seed: int, ticks: int, noise: float, window: int | None = None
 
 def main() -> None:
     runs, ticks, noise = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
-    window = int(sys.argv[4]) if len(sys.argv) > 4 else None
-    totals = [sum(x) for x in zip(*(one_run(s, ticks, noise, window) for s in range(runs)),
-                                  strict=True)]
-    print(f"{runs} runs x {ticks} ticks, window {window or 'default'}, gain 1.0, "
+    window = int(sys.argv[4]) if len(sys.argv) > 4 and int(sys.argv[4]) else None
+    mode = sys.argv[5] if len(sys.argv) > 5 else "collaboration"
+    totals = [sum(x) for x in zip(*(one_run(s, ticks, noise, window, mode)
+                                    for s in range(runs)), strict=True)]
+    print(f"{runs} runs x {ticks} ticks, {mode}, window {window or 'default'}, gain 1.0, "
           f"noise {noise}: fixed |z| >= 2 ever "
           f"crossed: up {totals[0]}, down {totals[1]}; anytime-valid interval ever clear "
           f"of 1: above {totals[2]}, below {totals[3]}")
