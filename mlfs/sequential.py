@@ -45,12 +45,6 @@ from dataclasses import dataclass
 
 #: the error rate of each one-sided decision (promote, demote, collapse)
 ALPHA = 0.05
-#: learning -> collaboration is a screening step, not a rollout: collaboration starts
-#: its evidence again and decides the rollout to 95 % of ticks at ALPHA, so the screen
-#: may let through more (docs/ABI.md: on all 60 seeds of the learning bench, median
-#: ticks to recommendation 909 -> 821.5; a 3 %-harmful model screened into
-#: collaboration in 19 of 100 runs instead of 11, none rolled out)
-SCREEN_ALPHA = 0.2
 #: the boundary is tightest around this many episodes (tau^2 / sigma^2 = 1 / N0): a
 #: clear win shows within a few windows of learning (a few ML episodes per 100 ticks)
 N0 = 5

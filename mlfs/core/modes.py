@@ -16,9 +16,7 @@ however often the proxy looks:
   `collapse_below` (a confident collapse; the subsystem's critical state is
   the proxy's other safety net);
 - learning -> collaboration: the estimate reaches `to_collaboration` and the
-  lower end of the interval at `sequential.SCREEN_ALPHA` (a screening step:
-  collaboration's evidence starts again and its rollout is decided at ALPHA) is at
-  least `demote_below` (not harmful, as far as a screen need know);
+  interval's lower end is at least `demote_below` (confidently not harmful);
 - collaboration -> recommendation: the estimate reaches `to_recommendation`
   and the interval lies above 1 (a win the data supports);
 - collaboration / recommendation -> learning: the estimate is below
@@ -39,7 +37,7 @@ from dataclasses import dataclass
 from mlfs.core.clock import rfc3339
 from mlfs.core.efficiency import EfficiencyStats
 from mlfs.core.events import EventBus
-from mlfs.sequential import ALPHA, SCREEN_ALPHA, Interval, interval
+from mlfs.sequential import Interval, interval
 
 log = logging.getLogger("mlfs.proxy")
 
@@ -55,11 +53,11 @@ class Switch:
     cause: str | None = None
 
 
-def efficiency_interval(stats: EfficiencyStats, alpha: float = ALPHA) -> Interval:
+def efficiency_interval(stats: EfficiencyStats) -> Interval:
     """The window's efficiency as the mode machine sees it (known or unknown)."""
     if stats.straddled > stats.ml_ticks + stats.reverse_ticks:  # phases shorter than
         return Interval(stats.efficiency, -math.inf, math.inf, stats.episodes, False)
-    return interval(stats.efficiency, stats.confidence, stats.episodes, alpha)
+    return interval(stats.efficiency, stats.confidence, stats.episodes)
 
 
 def transition(mode: str, stats: EfficiencyStats, config) -> Switch | None:
@@ -74,12 +72,9 @@ def transition(mode: str, stats: EfficiencyStats, config) -> Switch | None:
     if iv.upper < config.collapse_below:
         return Switch("emergency", f"efficiency collapsed to {eff:.3f} {said}", "collapse")
     if mode == "learning":
-        screen = efficiency_interval(stats, SCREEN_ALPHA)
-        if eff >= config.to_collaboration and screen.lower >= config.demote_below:
+        if eff >= config.to_collaboration and iv.lower >= config.demote_below:
             return Switch("collaboration",
-                          f"efficiency {eff:.3f} >= {config.to_collaboration} (screening "
-                          f"interval {screen.text} over {screen.episodes} episodes, "
-                          f"z={stats.confidence:.1f})")
+                          f"efficiency {eff:.3f} >= {config.to_collaboration} {said}")
         return None
     if mode == "collaboration" and eff >= config.to_recommendation and iv.lower > 1.0:
         return Switch("recommendation",

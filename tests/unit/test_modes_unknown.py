@@ -19,7 +19,7 @@ from mlfs.config import parse_config
 from mlfs.core.efficiency import EfficiencyStats
 from mlfs.core.exchange import Exchange
 from mlfs.core.modes import efficiency_interval, transition
-from mlfs.sequential import ALPHA, MIN_EPISODES, SCREEN_ALPHA, boundary
+from mlfs.sequential import MIN_EPISODES, boundary
 
 MODES = parse_config("", "defaults").modes
 
@@ -109,23 +109,3 @@ def test_the_boundary_widens_slowly_with_the_episodes_as_a_mixture_martingale_al
     values = [boundary(n) for n in (4, 10, 40, 400, 4000)]
     assert all(2.0 < v < 6.0 for v in values)
     assert values[-1] > values[2]
-
-
-def test_learning_screens_at_the_screening_alpha_and_collaboration_rolls_out_at_alpha():
-    """Learning -> collaboration is a screen (collaboration starts its evidence again
-    and decides the rollout at ALPHA): an estimate whose lower end clears
-    `demote_below` at SCREEN_ALPHA but not at ALPHA is screened in; the same evidence
-    does not roll a model out of collaboration, nor would it have moved it at ALPHA."""
-    n, se = 29, 0.05
-    low_screen = boundary(n, SCREEN_ALPHA) * se
-    low_rollout = boundary(n, ALPHA) * se
-    assert low_screen < low_rollout
-    eff = MODES.demote_below + (low_screen + low_rollout) / 2  # between the two
-    evidence = stats(eff, (eff - 1.0) / se, n)
-    assert efficiency_interval(evidence).lower < MODES.demote_below
-    assert efficiency_interval(evidence, SCREEN_ALPHA).lower > MODES.demote_below
-    assert transition("learning", evidence, MODES).mode == "collaboration"
-    assert eff > MODES.to_recommendation and efficiency_interval(evidence).lower < 1.0
-    assert transition("collaboration", evidence, MODES) is None
-    short = MODES.demote_below + low_screen * 0.9  # the screen's lower end short of it
-    assert transition("learning", stats(short, (short - 1.0) / se, n), MODES) is None
