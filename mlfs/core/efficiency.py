@@ -176,18 +176,8 @@ class Counted(NamedTuple):
     after: int | None
 
 
-def _measurement_variance(pairs: Collection[Counted], ratio: float,
-                          noise_variance: float) -> float:
-    """The variance of sum(observed) - ratio * sum(baseline) that the ticks' own
-    measurement noise gives, whatever the pairs' spread happened to be: each counted
-    tick's noise, and each bracket's once however many pairs share it (it is half of
-    each pair's baseline).  The floor of `EfficiencyWindow._paired`'s variance."""
-    brackets: dict[int | None, float] = collections.defaultdict(float)
-    for p in pairs:
-        brackets[p.before] += p.baseline / 2
-        brackets[p.after] += p.baseline / 2
-    return noise_variance * (sum(p.observed ** 2 for p in pairs)
-                             + ratio * ratio * sum(w * w for w in brackets.values()))
+def _by_tick(counted: Counted) -> int:
+    return counted.tick
 
 
 def _runs(ticks: Iterable[int]) -> int:
@@ -232,6 +222,9 @@ class EfficiencyWindow:
         #: (recommendation's probes), the workload's drift between them included
         self._tick_noise: collections.deque[float] = collections.deque(maxlen=NOISE_SAMPLES)
         self._far_noise: collections.deque[float] = collections.deque(maxlen=NOISE_SAMPLES)
+        #: `stats`' last answer, (since, stats), until the window changes (`_changed`): the
+        #: proxy reads it on every tick, and in recommendation 19 ticks in 20 change nothing
+        self._stats_cache: tuple[int | None, EfficiencyStats] | None = None
         #: the evidence starts after this tick (`restart`): a mode switch's
         self._since: int | None = None
 
@@ -242,6 +235,7 @@ class EfficiencyWindow:
         their feedback rows are written; they are not counted."""
         self._since = tick
         self._drop_through(tick)
+        self._changed()
 
     @property
     def noise_variance(self) -> float | None:
@@ -292,7 +286,8 @@ class EfficiencyWindow:
         self._pending.append((tick, objective, payload, settling))
         if self.max_span is None or settling or not (math.isfinite(objective)
                                                      and objective > 0):
-            return 0
+            return 0  # a waiting ML tick changes no statistic
+        self._changed()
         counted = 0
         if self._last_ml is not None and self._pending_defaults:
             before_tick, before = self._last_ml
@@ -317,6 +312,7 @@ class EfficiencyWindow:
         is no baseline, resolves nothing (the waiting ML ticks wait for the
         next clean one) and is not counted.
         """
+        self._changed()
         if settling:
             self._expire(tick)
             return []
@@ -337,7 +333,12 @@ class EfficiencyWindow:
 
     def flush(self) -> list[Pair]:
         """Resolve waiting ML ticks with the earlier default alone (model stopping)."""
+        self._changed()
         return self._resolve(None, None)
+
+    def _changed(self) -> None:
+        """Something `stats` reads may have changed: its cached answer is stale."""
+        self._stats_cache = None
 
     def _resolve(self, following: float | None, tick: int | None) -> list[Pair]:
         before = self._last_default
@@ -406,20 +407,28 @@ class EfficiencyWindow:
         probes, with an interval whose upper end was below 1, and was demoted
         (docs/bench/learning-34, "Shared probes").
         """
-        observed = sum(p.observed for p in pairs)
-        base = sum(p.baseline for p in pairs)
+        # one pass: the sums, the episodes (runs of consecutive ticks) with their
+        # brackets, and what the measurement-noise floor needs
+        observed = base = observed_sq = 0.0
+        brackets: dict[int | None, float] = collections.defaultdict(float)
+        episodes: list[list] = []  # [observed, baseline, bracket before, bracket after]
+        last = None
+        for p in sorted(pairs, key=_by_tick):
+            observed += p.observed
+            base += p.baseline
+            observed_sq += p.observed * p.observed
+            brackets[p.before] += p.baseline / 2
+            brackets[p.after] += p.baseline / 2
+            if last is None or p.tick - last > 1:
+                episodes.append([0.0, 0.0, p.before, p.after])
+            episode = episodes[-1]
+            episode[0] += p.observed
+            episode[1] += p.baseline
+            episode[3] = p.after
+            last = p.tick
         if not pairs or base <= 0 or observed <= 0:
             return None
         ratio = observed / base
-        episodes: list[list] = []  # [observed, baseline, bracket before, bracket after]
-        last = None
-        for p in sorted(pairs):
-            if last is None or p.tick - last > 1:
-                episodes.append([0.0, 0.0, p.before, p.after])
-            episodes[-1][0] += p.observed
-            episodes[-1][1] += p.baseline
-            episodes[-1][3] = p.after
-            last = p.tick
         g = len(episodes)
         se = math.nan
         if g >= 2:
@@ -430,7 +439,11 @@ class EfficiencyWindow:
                          and episodes[i][3] == episodes[i + 1][2])
             variance = (variance + 2 * max(0.0, shared)) * g / (g - 1)
             if noise_variance is not None:
-                variance = max(variance, _measurement_variance(pairs, ratio, noise_variance))
+                # the floor: each counted tick's noise, and each bracket's once however
+                # many pairs share it (it is half of each pair's baseline)
+                floor = noise_variance * (observed_sq + ratio * ratio * sum(
+                    w * w for w in brackets.values()))
+                variance = max(variance, floor)
             se = math.sqrt(variance) / base
         return ratio, se
 
@@ -458,6 +471,14 @@ class EfficiencyWindow:
         them, per workload level: sqrt(F / R) where a level has both kinds, F
         or 1 / R where it has one; the levels weighted by their defaults' sum.
         """
+        cached = self._stats_cache
+        if cached is not None and cached[0] == since:
+            return cached[1]
+        stats = self._stats(since)
+        self._stats_cache = (since, stats)
+        return stats
+
+    def _stats(self, since: int | None) -> EfficiencyStats:
         pairs, reverse = self._pairs, self._reverse
         defaults, straddled = len(self._defaults), len(self._straddled)
         if since is not None:
