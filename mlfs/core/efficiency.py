@@ -402,10 +402,11 @@ class EfficiencyWindow:
         episodes are not independent samples.  Their covariance is counted
         (a lag-one term, as Newey and West's estimator has, for the neighbours
         that share a bracket; a negative estimate of it is noise and counts as
-        none).  Without it the error read half what it was: in `mlfs demo` a
-        policy that beat the default by 1 % in random_pread read 0.952 over ten
-        probes, with an interval whose upper end was below 1, and was demoted
-        (docs/bench/learning-34, "Shared probes").
+        none), and the variance never reads below `noise_variance`'s floor.
+        Without them the error read half what it was: in `mlfs demo` a policy
+        1.3 % better than the default in random_pread read 0.952 over 8 episodes,
+        its interval's upper end below 1, and was demoted (docs/bench/learning-34,
+        "71a4517 and 50069c5: the error of a ratio whose probes are shared").
         """
         # one pass: the sums, the episodes (runs of consecutive ticks) with their
         # brackets, and what the measurement-noise floor needs
@@ -488,8 +489,9 @@ class EfficiencyWindow:
             straddled = sum(1 for t in self._straddled if t > since)
         n, m = len(pairs), len(reverse)
         episodes = _runs(p.tick for p in pairs) + _runs(p.tick for p in reverse)
+        noise = self.noise_variance
         if not m:
-            forward = self._paired(pairs, self.noise_variance)
+            forward = self._paired(pairs, noise)
             if forward is None:
                 return EfficiencyStats(math.nan, math.nan, n, defaults, self.baseline, m)
             ratio, se = forward
@@ -497,8 +499,8 @@ class EfficiencyWindow:
             levels = []  # (ratio, se, mass, one-sided)
             profiles = []  # ln of sqrt(F * R): a two-sided level's own profile
             for forward_pairs, reverse_pairs in self._levels(pairs, reverse):
-                forward = self._paired(forward_pairs, self.noise_variance)
-                reverse = self._paired(reverse_pairs, self.noise_variance)
+                forward = self._paired(forward_pairs, noise)
+                reverse = self._paired(reverse_pairs, noise)
                 if forward is None and reverse is None:
                     continue
                 if reverse is None:

@@ -243,3 +243,18 @@ def test_the_noise_floor_is_the_default_ticks_in_a_row_and_needs_enough_of_them(
         window.add_default(tick, value)
     # phase changes every 100 ticks (x1.5) do not inflate it: the median is robust
     assert math.sqrt(window.noise_variance) == pytest.approx(0.1, rel=0.15)
+
+
+def test_stats_answers_from_its_cache_only_until_the_window_changes():
+    window = EfficiencyWindow(100, "max")
+    interleave(window, [100, 100, 100], [120, 120])
+    first = window.stats()
+    assert window.stats() is first, "nothing changed: the same answer"
+    window.add_ml(5, 200.0)
+    assert window.stats() is first, "a waiting ML tick changes no statistic"
+    window.add_default(6, 100.0)
+    second = window.stats()
+    assert second.ml_ticks == 3 and second.efficiency > first.efficiency
+    assert window.stats(since=2).ml_ticks == 2, "another `since` is computed, not cached"
+    window.restart(6)
+    assert window.stats().ml_ticks == 0, "a restart empties the evidence"
