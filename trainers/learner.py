@@ -550,9 +550,8 @@ class KnobLearner:
         A prior is worth what it predicts here.  Three candidates are trained on this
         host's older 80 % of rows and predict the newest 20 % (time-ordered, as `fit`
         validates): the prior as it came, the prior fine-tuned on the host's rows
-        (`num_boost_round // 2` more trees fitted to its residuals: it keeps what the
-        fleet learnt where this host has no rows, such as settings it never tried,
-        and corrects it where it has), and a booster of this host's rows alone.
+        (`_tune`: this host's level in each state, the fleet's ranking of the
+        settings), and a booster of this host's rows alone.
         The better of prior and fine-tuning is kept (`chosen`; each challenge starts
         again from the prior as it came).  The prior is dropped -- `fit` on all rows,
         and the learner is no longer adopted, for good -- only when learning alone
@@ -594,11 +593,25 @@ class KnobLearner:
         return out
 
     def _tune(self, X: np.ndarray, y: np.ndarray, w: np.ndarray) -> lgb.Booster:
-        """The prior with `num_boost_round // 2` more trees fitted to its residuals here."""
+        """The prior with `num_boost_round // 2` more trees fitted to its residuals here,
+        split on the state only (`_level_only`)."""
         data = lgb.Dataset(X, label=self._label(y), weight=w, feature_name=self.columns,
                            free_raw_data=True, params={"verbose": -1})
-        return lgb.train(self.params, data, num_boost_round=max(1, self.num_boost_round // 2),
+        return lgb.train(self._level_only(self.params), data,
+                         num_boost_round=max(1, self.num_boost_round // 2),
                          init_model=self._prior)
+
+    def _level_only(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """`params` for trees added to an adopted prior: they may split on the features,
+        never on a knob, so they move a state's predictions of every setting alike --
+        this host's level -- and the argmax stays the fleet's.  A host's rows are
+        mostly the prior's own choices: trees free to split on a knob lowered or raised
+        the settings it chose and re-ranked them against settings never measured here
+        (fleet cold start: the corrected prior worse than the prior as it came by up to
+        0.008 of the oracle; docs/bench/learning-34/README.md, "The fleet prior's
+        ranking")."""
+        return {**params, "feature_contri": [1.0] * len(self.features)
+                + [0.0] * len(self.knobs)}
 
     @property
     def knob_aware(self) -> bool:
@@ -620,6 +633,9 @@ class KnobLearner:
         Returns mean |error| on this batch: as the proxy recorded it
         (`recorded_mae`, against the expectation it acted on), and under the
         booster before and after the correction.
+
+        An adopted prior is corrected in level only (`_level_only`): its ranking of
+        the settings is the fleet's until `challenge` drops it.
 
         Small leaves fitted to a few hundred rows overfit easily, and an
         in-sample check would accept anything; so the correction is first
@@ -653,7 +669,7 @@ class KnobLearner:
         if len(wy) < 20:
             stats["reason"] = "too few feedback rows"
             return stats
-        params = dict(self.params)
+        params = self._level_only(self.params) if self.adopted else dict(self.params)
         params.update(num_leaves=7, learning_rate=0.1,
                       min_data_in_leaf=max(3, min(20, len(wy) // 20)))
         rng = np.random.default_rng(self.seed + len(self._fy))
