@@ -974,8 +974,9 @@ class KnobLearner:
     def adopt(self, text: str) -> None:
         """Start from a booster trained elsewhere (a fleet policy, mlfs/fleet/pull.py):
         recommendations and the uploaded policy use it; feedback corrections
-        (`correct`) boost it on this host's residuals between challenges, and each
-        `challenge` keeps it, fine-tunes it or drops it for learning alone.
+        (`correct`) boost it on this host's residuals in level only between
+        challenges, and each `challenge` keeps it, tunes it in level or drops it for
+        learning alone.
         ValueError unless its columns are exactly this learner's."""
         booster = lgb.Booster(model_str=text)
         if booster.feature_name() != self.columns:

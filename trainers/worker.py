@@ -422,7 +422,7 @@ class _Worker:
         if learner.rows_since_fit < FIT_MIN_ROWS or now - self.t_fit < FIT_MIN_SECONDS:
             return
         self.t_fit = now
-        if learner.adopted:  # a fleet policy: kept, fine-tuned or dropped (challenge)
+        if learner.adopted:  # a fleet policy: kept, tuned in level or dropped (challenge)
             if not self.stats["policies"]:
                 return  # the host starts from the fleet policy: it is uploaded first
             challenge = learner.challenge()
