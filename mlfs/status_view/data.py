@@ -119,19 +119,21 @@ def collect(mountpoint: Path) -> dict:
 
 
 # ---- --json ------------------------------------------------------------------------------------
-def json_value(text: object) -> object:
+def json_value(text: object, *, real: bool = False) -> object:
     """An attribute's text as JSON wants it: a finite number as a number (an int when
-    it is one), `nan`, `?` (unreadable) or an empty text as null, anything else (a
-    choice knob's value) as the text."""
+    it is one, unless `real`: a measured quantity such as the objective or an
+    efficiency is a float even when its text reads "1098"), `nan`, `?` (unreadable) or
+    an empty text as null, anything else (a choice knob's value) as the text."""
     if not isinstance(text, str):
         return text
     word = text.strip()
     if word in ("", "?"):
         return None
-    try:
-        return int(word)
-    except ValueError:
-        pass
+    if not real:
+        try:
+            return int(word)
+        except ValueError:
+            pass
     try:
         number = float(word)
     except ValueError:
@@ -146,13 +148,13 @@ def machine(status: dict) -> dict:
     out = dict(status, subsystems={})
     for name, entry in status.get("subsystems", {}).items():
         entry = dict(entry)
-        entry["objective"] = json_value(entry.get("objective"))
+        entry["objective"] = json_value(entry.get("objective"), real=True)
         entry["knobs"] = {k: json_value(v) for k, v in entry.get("knobs", {}).items()}
         if isinstance(entry.get("tick"), int) and entry["tick"] < 0:
             entry["tick"] = None
         models = {}
         for model, m in entry.get("models", {}).items():
-            models[model] = dict(m, efficiency=json_value(m.get("efficiency")))
+            models[model] = dict(m, efficiency=json_value(m.get("efficiency"), real=True))
         entry["models"] = models
         out["subsystems"][name] = entry
     return _no_nan(out)

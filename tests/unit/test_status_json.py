@@ -17,6 +17,17 @@ def test_json_value_makes_numbers_numbers_and_unknowns_null(text, value):
     assert got == value and type(got) is type(value)
 
 
+def test_an_objective_or_efficiency_whose_text_is_whole_is_still_a_float():
+    """The objective file read "1098" once in CI (a sim objective whole to its printed
+    digits) and `status --json` gave an int where every other read gave a float."""
+    status = {"subsystems": {"s": {"objective": "1098\n", "knobs": {"k": "128"},
+                                   "models": {"m": {"efficiency": "1"}}}}}
+    entry = machine(status)["subsystems"]["s"]
+    assert type(entry["objective"]) is float and entry["objective"] == 1098.0
+    assert type(entry["models"]["m"]["efficiency"]) is float
+    assert type(entry["knobs"]["k"]) is int
+
+
 def test_machine_turns_an_unknown_tick_and_any_nan_into_null():
     status = {"subsystems": {"s": {"objective": "nan", "knobs": {"k": "?"}, "tick": -1,
                                    "models": {"m": {"efficiency": "0.98",
