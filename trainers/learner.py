@@ -52,6 +52,7 @@ from mlfs.sequential import MIN_EPISODES, boundary
 
 __all__ = [
     "KnobLearner",
+    "ROLLED_OUT_MODES",
     "candidate_values",
     "column_name",
     "knob_column",
@@ -64,6 +65,9 @@ MAX_CANDIDATES = 4096
 #: is not independent of its neighbours' (one workload phase runs for many ticks), a
 #: block of them is nearer to it; 20 rows are one second of the demo's ticks
 CHALLENGE_BLOCK = 20
+#: the modes a policy reaches only on the mode machine's anytime-valid evidence that it
+#: beats the default (docs/ABI.md, "Mode switching"): there an adopted prior is winning
+ROLLED_OUT_MODES = frozenset({"collaboration", "recommendation"})
 #: coverage's "states like this one": rows within this many standard deviations (root
 #: mean square over the features) of the state (`KnobLearner._local_counts`)
 STATE_RADIUS = 1.5
@@ -544,7 +548,7 @@ class KnobLearner:
         self.stats = stats
         return stats
 
-    def challenge(self) -> dict[str, Any]:
+    def challenge(self, rolled_out: bool = False) -> dict[str, Any]:
         """An adopted (fleet) policy against learning alone, on this host's own rows.
 
         A prior is worth what it predicts here.  Four candidates are trained on this
@@ -563,7 +567,15 @@ class KnobLearner:
         Its trees re-rank the settings the prior chose against settings never measured
         here, and its choices were worse than the prior's (`_level_only`).  Each
         challenge starts again from the prior as it came.  Nothing happens below 100
-        rows."""
+        rows.
+
+        `rolled_out`: the proxy runs the prior in collaboration or recommendation, so
+        the mode machine holds anytime-valid evidence that its choices beat the
+        default here.  Then a better prediction of the host's rows does not drop it:
+        predicting the rows is not choosing well (dropped priors that were winning
+        ended up to 0.019 of the oracle below the prior as it came;
+        docs/bench/learning-34/README.md, "A prior that wins is not dropped").  A prior
+        demoted to learning, or never promoted, is judged on its predictions again."""
         if not self.adopted or self._prior is None:
             return {"dropped": False, "reason": "not adopted"}
         X, y, _ = self._training_set()
@@ -589,10 +601,11 @@ class KnobLearner:
         defended = max(verdicts, key=lambda name: (not verdicts[name]["drop"],
                                                    verdicts[name]["z"] or math.inf))
         verdict = verdicts[defended]
-        best = "local" if verdict["drop"] else kept
+        best = "local" if verdict["drop"] and not rolled_out else kept
         out: dict[str, Any] = {"rows": n, "chosen": best, "dropped": best == "local",
                                **{f"{name}_rmse": value for name, value in rmse.items()},
-                               "defended_by": defended, "z": verdict["z"],
+                               "defended_by": "rollout" if rolled_out else defended,
+                               "z": verdict["z"],
                                "boundary": verdict["boundary"], "blocks": verdict["blocks"]}
         if best == "local":
             self.adopted = False

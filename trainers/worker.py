@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from mlfs.trainers.learner import KnobLearner, missing_features
+from mlfs.trainers.learner import ROLLED_OUT_MODES, KnobLearner, missing_features
 from mlfs.trainers.schedule import (
     LEARNING_TTL,
     POLICY_KEEPALIVE_SECONDS,
@@ -425,7 +425,8 @@ class _Worker:
         if learner.adopted:  # a fleet policy: kept, tuned in level or dropped (challenge)
             if not self.stats["policies"]:
                 return  # the host starts from the fleet policy: it is uploaded first
-            challenge = learner.challenge()
+            challenge = learner.challenge(
+                rolled_out=self.mode in ROLLED_OUT_MODES)
             self.log.debug("fleet policy challenged: %s", challenge)
             if not challenge.get("dropped"):
                 if challenge.get("chosen") in ("prior", "tuned"):

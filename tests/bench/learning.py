@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow.parquet as pq
 from mlfs.backends.sim_readahead import SimReadahead
 from mlfs.backends.sim_replay import Counterfactuals
-from mlfs.trainers.learner import KnobLearner
+from mlfs.trainers.learner import ROLLED_OUT_MODES, KnobLearner
 from mlfs.trainers.schedule import TrainerSchedule
 
 from mlfs.config import load_config
@@ -103,7 +103,9 @@ def run_seed(seed: int, ticks: int, fit_every: int = 200,
                 if feedback and learner.fitted:
                     learner.correct(pq.read_table(feedback.path))
                 if learner.adopted:
-                    learner.challenge()  # dropped when learning alone predicts better
+                    # dropped when learning alone predicts better, unless it wins
+                    learner.challenge(
+                        rolled_out=proxy.mode in ROLLED_OUT_MODES)
                 if learner.adopted:
                     if feedback and learner.fitted:
                         proxy.set_policy(learner.policy_text().encode())

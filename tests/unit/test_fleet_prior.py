@@ -48,6 +48,21 @@ def test_a_wrong_prior_is_dropped_once_learning_alone_predicts_better():
     assert hits >= 4, "learning alone finds this host's best"
 
 
+def test_a_prior_the_mode_machine_rolled_out_is_dropped_only_once_demoted():
+    """In collaboration or recommendation the mode machine holds anytime-valid evidence
+    that the prior's choices beat the default here; predicting the rows better is not
+    choosing better, so learning alone's better predictions do not drop it then.  Back
+    in learning (demoted, or never promoted) it is judged on its predictions again."""
+    wrong = trained(inverted(make_dataset(4000, seed=60, explore_share=0.5)))
+    host = KnobLearner(INFO)
+    host.adopt(wrong)
+    host.add_dataset(make_dataset(1500, seed=61, explore_share=0.25))
+    kept = host.challenge(rolled_out=True)
+    assert kept["z"] <= -kept["boundary"], "its predictions alone would drop it"
+    assert not kept["dropped"] and kept["defended_by"] == "rollout" and host.adopted, kept
+    assert host.challenge()["dropped"] and not host.adopted
+
+
 def test_a_right_prior_is_kept_while_it_predicts_the_hosts_rows_as_well():
     right = trained(make_dataset(8000, seed=70, explore_share=0.5))
     host = KnobLearner(INFO)
