@@ -20,8 +20,9 @@ Then on each held-out seed, the same ticks, the same workload, six figures:
 * `fleet_adopted`: the fleet policy uploaded at tick 0 and never changed (no
   feedback corrections; the trainer still reads the rows, so its exploration
   schedule steers as usual, and the mode machine decides when the policy acts);
-* `fleet_local`: the fleet policy adopted at tick 0 and then corrected by the
-  host's own feedback, as `mlfs train --fleet` does;
+* `fleet_local`: the fleet policy adopted at tick 0, then corrected in level by the
+  host's own feedback and challenged (`KnobLearner.challenge`), as `mlfs train
+  --fleet` does;
 * `alone`: the per-host model, learning from the host's own rows only;
 * default, best static (the best fixed read_ahead_kb in hindsight) and the oracle
   (the best setting per phase), from the counterfactuals

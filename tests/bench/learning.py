@@ -42,8 +42,9 @@ def run_seed(seed: int, ticks: int, fit_every: int = 200,
              initial_policy: str | None = None, keep_rows: bool = False,
              corrections: bool = True) -> dict:
     """One run; `initial_policy` (a fleet policy's text) is adopted and uploaded
-    before the first tick, then only corrected by feedback, as `mlfs train
-    --fleet` does (trainers/worker.py: an adopted learner never refits).
+    before the first tick, then corrected in level by feedback and challenged at
+    each refit, as `mlfs train --fleet` does (trainers/worker.py: an adopted learner
+    never refits until the challenge drops its prior).
     `keep_rows` returns the run's dataset rows too (`rows`, a pyarrow Table), e.g. to
     ship them to a fleet store (tests/bench/fleet_quality.py).  `corrections=False`
     keeps an adopted policy exactly as adopted: the learner still reads the rows (the
