@@ -571,7 +571,8 @@ class KnobLearner:
 
         `rolled_out`: the proxy runs the prior in collaboration or recommendation, so
         the mode machine holds anytime-valid evidence that its choices beat the
-        default here.  Then a better prediction of the host's rows does not drop it:
+        default here.  Then a better prediction of the host's rows does not drop it
+        (and the judges, the free tuning and learning alone, are not trained):
         predicting the rows is not choosing well (dropped priors that were winning
         ended up to 0.019 of the oracle below the prior as it came;
         docs/bench/learning-34/README.md, "A prior that wins is not dropped").  A prior
@@ -585,28 +586,30 @@ class KnobLearner:
         cut = n - n // 5
         w = self._weights(X)
         threads = self.params["num_threads"]
-        candidates = {
-            "prior": self._prior,
-            "tuned": self._tune(X[:cut], y[:cut], w[:cut]),
-            "free": self._tune(X[:cut], y[:cut], w[:cut], level_only=False),
-            "local": self._train(X[:cut], y[:cut], w[:cut], self.num_boost_round),
-        }
+        candidates = {"prior": self._prior, "tuned": self._tune(X[:cut], y[:cut], w[:cut])}
+        if not rolled_out:  # the judges: only a prior that is not winning can be dropped
+            candidates["free"] = self._tune(X[:cut], y[:cut], w[:cut], level_only=False)
+            candidates["local"] = self._train(X[:cut], y[:cut], w[:cut],
+                                              self.num_boost_round)
         errors = {name: np.abs(y[cut:] - booster.predict(X[cut:], num_threads=threads))
                   for name, booster in candidates.items()}
         rmse = {name: float(np.sqrt(np.mean(value ** 2))) for name, value in errors.items()}
         kept = min(("prior", "tuned"), key=lambda name: (rmse[name], name != "prior"))
-        verdicts = {name: drop_verdict(errors["local"], errors[name])
-                    for name in ("prior", "tuned", "free")}
-        # the prior stands while any way of keeping it holds against learning alone
-        defended = max(verdicts, key=lambda name: (not verdicts[name]["drop"],
-                                                   verdicts[name]["z"] or math.inf))
-        verdict = verdicts[defended]
-        best = "local" if verdict["drop"] and not rolled_out else kept
-        out: dict[str, Any] = {"rows": n, "chosen": best, "dropped": best == "local",
+        out: dict[str, Any] = {"rows": n, "chosen": kept, "dropped": False,
                                **{f"{name}_rmse": value for name, value in rmse.items()},
-                               "defended_by": "rollout" if rolled_out else defended,
-                               "z": verdict["z"],
-                               "boundary": verdict["boundary"], "blocks": verdict["blocks"]}
+                               "defended_by": "rollout"}
+        if not rolled_out:
+            verdicts = {name: drop_verdict(errors["local"], errors[name])
+                        for name in ("prior", "tuned", "free")}
+            # the prior stands while any way of keeping it holds against learning alone
+            defended = max(verdicts, key=lambda name: (not verdicts[name]["drop"],
+                                                       verdicts[name]["z"] or math.inf))
+            verdict = verdicts[defended]
+            out.update(defended_by=defended, z=verdict["z"], boundary=verdict["boundary"],
+                       blocks=verdict["blocks"])
+            if verdict["drop"]:
+                out.update(chosen="local", dropped=True)
+        best = out["chosen"]
         if best == "local":
             self.adopted = False
             out["fit"] = self.fit()

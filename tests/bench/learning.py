@@ -105,8 +105,7 @@ def run_seed(seed: int, ticks: int, fit_every: int = 200,
                     learner.correct(pq.read_table(feedback.path))
                 if learner.adopted:
                     # dropped when learning alone predicts better, unless it wins
-                    learner.challenge(
-                        rolled_out=proxy.mode in ROLLED_OUT_MODES)
+                    learner.challenge(rolled_out=proxy.mode in ROLLED_OUT_MODES)
                 if learner.adopted:
                     if feedback and learner.fitted:
                         proxy.set_policy(learner.policy_text().encode())

@@ -54,13 +54,17 @@ def test_a_prior_the_mode_machine_rolled_out_is_dropped_only_once_demoted():
     choosing better, so learning alone's better predictions do not drop it then.  Back
     in learning (demoted, or never promoted) it is judged on its predictions again."""
     wrong = trained(inverted(make_dataset(4000, seed=60, explore_share=0.5)))
-    host = KnobLearner(INFO)
-    host.adopt(wrong)
-    host.add_dataset(make_dataset(1500, seed=61, explore_share=0.25))
-    kept = host.challenge(rolled_out=True)
-    assert kept["z"] <= -kept["boundary"], "its predictions alone would drop it"
-    assert not kept["dropped"] and kept["defended_by"] == "rollout" and host.adopted, kept
-    assert host.challenge()["dropped"] and not host.adopted
+    rows = make_dataset(1500, seed=61, explore_share=0.25)
+    winning, demoted = KnobLearner(INFO), KnobLearner(INFO)
+    for host in (winning, demoted):
+        host.adopt(wrong)
+        host.add_dataset(rows)
+    kept = winning.challenge(rolled_out=True)
+    assert not kept["dropped"] and kept["defended_by"] == "rollout" and winning.adopted, kept
+    judged = demoted.challenge()
+    assert judged["z"] <= -judged["boundary"], "its predictions alone drop it"
+    assert judged["dropped"] and not demoted.adopted
+    assert winning.challenge()["dropped"] and not winning.adopted
 
 
 def test_a_right_prior_is_kept_while_it_predicts_the_hosts_rows_as_well():
