@@ -8,8 +8,9 @@ policy overrides it for its `ttl`.  So:
 
 * learning — explore: send a setting worth trying (`KnobLearner.explore`,
   never the default) with `ttl` ≈ one ML tick at the learning share.  Once a
-  knob-aware policy runs, only a decaying share of ticks explores (down to
-  20 %): the policy must also earn the efficiency that promotes the model;
+  knob-aware policy runs, only a decaying share of learning's ML ticks
+  explores (down to 20 %, `exploration_chance`): the policy must also earn
+  the efficiency that promotes the model;
 * collaboration / recommendation — the policy decides each ML tick in-process;
   only when no policy is live does the trainer send its best setting;
 * emergency — the default runs; an emergency caused by this trainer's silence
@@ -81,8 +82,30 @@ class TrainerSchedule:
         """Share of learning-mode ML ticks spent exploring once a policy runs."""
         return float(np.clip(50.0 / (50.0 + self.learner.explored_rows), 0.2, 1.0))
 
+    def exploration_chance(self) -> float:
+        """The chance per decision of starting an exploration that keeps
+        `exploration_rate` the share of learning-mode ML ticks exploring.
+
+        A decision not to explore hands one tick to the policy and is taken again
+        on the next; an exploration holds `learning_ttl` ticks.  So a chance p
+        explores p * ttl / (p * ttl + 1 - p) of the ticks, and the share r asks
+        for p = r / (ttl * (1 - r) + r).  (Drawn with p = r, a floor of 20 % explored
+        71 % of learning's ML ticks: the efficiency that promotes measured mostly
+        explorations.)"""
+        share, ttl = self.exploration_rate(), self.learning_ttl
+        return share / (ttl * (1.0 - share) + share)
+
     def ttl(self, mode: str) -> int:
         return self.learning_ttl if mode in ("learning", "emergency") else FALLBACK_TTL
+
+    @staticmethod
+    def ticks_to_next_decision(steer: Steer | None) -> int:
+        """When to decide again: after a recommendation's `ttl`, or on the next tick
+        when this decision left the tick to the policy or the default.  The worker
+        and the learning bench both pace by it, so the chances above are what users
+        run (the worker once waited a whole ttl after leaving a tick to the policy:
+        a third of the explorations after a promotion the bench measured)."""
+        return 1 if steer is None else steer.ttl
 
     def decide(self, mode: str, *, policy_live: bool) -> Steer | None:
         """The recommendation to send now, or None (the policy or the default decides)."""
@@ -93,7 +116,7 @@ class TrainerSchedule:
                 return None  # re-uploading the policy is the trainer's sign of life
             return self._explore(latest)
         if mode == "learning":
-            if policy_live and self.rng.random() >= self.exploration_rate():
+            if policy_live and self.rng.random() >= self.exploration_chance():
                 return None
             return self._explore(latest)
         if not policy_live and learner.fitted:

@@ -494,7 +494,8 @@ class _Worker:
         if self.mode == "emergency":
             self.t_next_rec = now + EMERGENCY_RETRY_SECONDS
         else:
-            self.t_next_rec = now + self.schedule.ttl(self.mode) * self.tick_seconds
+            ticks = self.schedule.ticks_to_next_decision(decision)
+            self.t_next_rec = now + ticks * self.tick_seconds
         sent = decision is not None and self.recommend(decision)
         # an upload held back while it runs goes first at the next decision
         self.exploring = sent and decision.exploring

@@ -68,15 +68,17 @@ def run_seed(seed: int, ticks: int, fit_every: int = 200,
         within_95 = None
         started = time.perf_counter()
         modes = []
+        next_decision = 0  # the tick the schedule decides again
         exploring_until = -1  # the tick an exploration's ttl runs out
         exploring = np.zeros(ticks, dtype=bool)  # ticks an exploration may have run
         for t in range(ticks):
-            if proxy.current is None:  # the last one expired: as the worker's ttl pacing
+            if t >= next_decision:  # paced as the worker paces (`ticks_to_next_decision`)
                 # what the worker reads from `features` before it decides
                 sample = json.loads(runtime.features_text())
                 if sample["tick"] is not None:
                     learner.note_features(sample["tick"], sample["features"])
                 steer = schedule.decide(proxy.mode, policy_live=policy_live)
+                next_decision = t + schedule.ticks_to_next_decision(steer)
                 if steer is not None:
                     proxy.recommend(steer.line().encode())
                     if steer.exploring:

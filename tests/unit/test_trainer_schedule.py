@@ -1,0 +1,56 @@
+"""The trainer's schedule: what share of its ticks explores, as paced by its own rule."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from mlfs.trainers.learner import KnobLearner
+from mlfs.trainers.schedule import LEARNING_TTL, TrainerSchedule
+
+from tests.harness import INFO, make_dataset, phase_features
+
+
+def explored_share(schedule: TrainerSchedule, mode: str, ticks: int) -> float:
+    """Ticks a recommendation of the schedule's held, deciding as the worker and the
+    learning bench decide (`ticks_to_next_decision`)."""
+    rng = np.random.default_rng(3)
+    explored = next_decision = 0
+    for t in range(ticks):
+        if t < next_decision:
+            continue
+        schedule.learner.note_features(t, phase_features("sequential", rng))
+        steer = schedule.decide(mode, policy_live=True)
+        next_decision = t + schedule.ticks_to_next_decision(steer)
+        if steer is not None and steer.exploring:
+            explored += min(steer.ttl, ticks - t)
+    return explored / ticks
+
+
+@pytest.fixture(scope="module")
+def learner() -> KnobLearner:
+    learner = KnobLearner(INFO)
+    learner.add_dataset(make_dataset(3000, seed=5, explore_share=0.3))
+    assert learner.fit()["fitted"] and learner.knob_aware
+    return learner
+
+
+def test_learning_explores_the_share_of_its_ticks_the_schedule_names(learner):
+    """Once a policy runs, `exploration_rate` is the share of learning's ticks that
+    explore, down to 20 %.  Drawn per decision with the share itself as the chance,
+    an exploration held ten ticks and a tick left to the policy one: 71 % of the ticks
+    explored at the floor (the efficiency that promotes measured the explorations)."""
+    schedule = TrainerSchedule(learner, seed=1)
+    rate = schedule.exploration_rate()
+    assert rate == pytest.approx(0.2), "the learner's explored rows put it at the floor"
+    share = explored_share(schedule, "learning", 20_000)
+    assert share == pytest.approx(rate, abs=0.03), f"{share:.3f} of the ticks explored"
+
+
+def test_after_a_promotion_about_three_percent_of_ticks_explore(learner):
+    """In collaboration and recommendation a decision explores with a chance of 1 %
+    (2 % while a neighbour of the best setting is unmeasured), for FALLBACK_TTL ticks:
+    about 3 % of the ticks, as the learning bench measured them.  Paced by a whole ttl
+    after each tick left to the policy, the worker explored a third of that."""
+    schedule = TrainerSchedule(learner, seed=2, learning_ttl=LEARNING_TTL)
+    share = explored_share(schedule, "recommendation", 20_000)
+    assert 0.02 <= share <= 0.07, f"{share:.3f} of the ticks explored"
