@@ -325,12 +325,25 @@ class Pusher:
                       "shipped (retention or discard_dataset): %d lost", source.key(),
                       done + 1, number - 1, missing)
 
+    @staticmethod
+    def _still_listed(path: Path) -> bool:
+        try:
+            return path.name in os.listdir(path.parent)
+        except FileNotFoundError:
+            return False
+
     def _ship(self, source: Source, number: int, result: PassResult) -> int | None:
         """Ship one portion and move the cursor; its row count, None when it vanished."""
         path = self.mountpoint / source.mount_dir() / f"{number:010d}.parquet"
         try:
             table = pq.read_table(path)
-        except FileNotFoundError:
+        except (OSError, pa.ArrowInvalid) as exc:
+            # retention may remove the portion between the listing and the read, or while
+            # pyarrow reads it: then it says "error stat()ing file" (an OSError that is not
+            # FileNotFoundError) or finds a short file.  Only a portion the mount still lists
+            # is an error (its directory, not a stat: the kernel may answer that from cache)
+            if not isinstance(exc, FileNotFoundError) and self._still_listed(path):
+                raise
             result.lost += 1
             self.cursor.lost += 1
             log.error("%s: portion %d was removed from the mount before it was shipped",
