@@ -95,9 +95,6 @@ class TrainerSchedule:
         share, ttl = self.exploration_rate(), self.learning_ttl
         return share / (ttl * (1.0 - share) + share)
 
-    def ttl(self, mode: str) -> int:
-        return self.learning_ttl if mode in ("learning", "emergency") else FALLBACK_TTL
-
     @staticmethod
     def ticks_to_next_decision(steer: Steer | None) -> int:
         """When to decide again: after a recommendation's `ttl`, or on the next tick

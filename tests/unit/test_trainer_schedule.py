@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from mlfs.trainers.learner import KnobLearner
-from mlfs.trainers.schedule import LEARNING_TTL, TrainerSchedule
+from mlfs.trainers.schedule import TrainerSchedule
 
 from tests.harness import INFO, make_dataset, phase_features
 
@@ -51,6 +51,6 @@ def test_after_a_promotion_about_three_percent_of_ticks_explore(learner):
     (2 % while a neighbour of the best setting is unmeasured), for FALLBACK_TTL ticks:
     about 3 % of the ticks, as the learning bench measured them.  Paced by a whole ttl
     after each tick left to the policy, the worker explored a third of that."""
-    schedule = TrainerSchedule(learner, seed=2, learning_ttl=LEARNING_TTL)
+    schedule = TrainerSchedule(learner, seed=2)
     share = explored_share(schedule, "recommendation", 20_000)
     assert 0.02 <= share <= 0.07, f"{share:.3f} of the ticks explored"
