@@ -63,9 +63,7 @@ def test_a_blocking_event_stream_waits_in_read_and_yields_the_same_events(shared
 
 def test_event_stream_wait_for_answers_none_when_nothing_matches(shared_mount):
     with client.EventStream(shared_mount.mountpoint / "events") as events:
-        started = time.monotonic()
         assert events.wait_for(lambda e: e.get("event") == "never-sent", timeout=0.3) is None
-        assert time.monotonic() - started < 5
 
 
 def test_portions_are_listed_oldest_first_and_read_whole(shared_mount):

@@ -257,9 +257,7 @@ def test_a_worker_killed_mid_fit_fails_the_run_in_one_line_and_publishes_nothing
             busy = wait_for(fitting, timeout=120, interval=0.02, what="a LightGBM fit running")
         victim = workers[names[busy]]
         os.kill(victim.pid, signal.SIGKILL)
-        started = time.monotonic()
-        out, err = trainer.communicate(timeout=120)
-        took = time.monotonic() - started
+        out, err = trainer.communicate(timeout=300)
     finally:
         if trainer is not None and trainer.poll() is None:
             os.kill(trainer.pid, signal.SIGKILL)
@@ -270,8 +268,9 @@ def test_a_worker_killed_mid_fit_fails_the_run_in_one_line_and_publishes_nothing
     assert trainer.returncode == 1, err[-3000:]
     reason = [line for line in err.splitlines() if line.startswith("mlfs fleet train: ")]
     assert len(reason) == 1 and "nothing published" in reason[0], err[-3000:]
+    # ended by the watcher that saw the worker go, not by LightGBM's socket time-out
+    assert "left the cluster during training" in reason[0], reason[0]
     assert "Traceback" not in err
-    assert took < 60  # not LightGBM's socket time-out, let alone its default two hours
     after = sorted(p.name for p in folder.glob("*")) if folder.exists() else []
     assert after == before  # no policy, no card, no temporary file
 

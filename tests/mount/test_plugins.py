@@ -15,7 +15,6 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -226,12 +225,11 @@ def test_a_load_stuck_in_its_backend_times_out_and_the_kill_switch_still_answers
                                  stderr=subprocess.PIPE, text=True)
         wait_for(lambda: "mlfs_loads_waiting 1" in (mount.mountpoint / "metrics").read_text(),
                  what="the load waiting in its backend")
-        started = time.monotonic()
         assert write_errno(mount.mountpoint / "control", b"emergency") == 0
-        pinned_after = time.monotonic() - started
-        assert stuck.wait(timeout=10) != 0
+        # the switch answered while the load still waited: not after its time-out
+        assert "did not answer within" not in (mount.mountpoint / "errors").read_text()
+        assert stuck.wait(timeout=30) != 0
         assert "Connection timed out" in stuck.stderr.read()
-        assert pinned_after < 3.0, pinned_after
         assert (model / "mode").read_text() == "emergency\n"
         assert not (mount.mountpoint / "stuck.one").exists()
         assert "did not answer within 2 s" in (mount.mountpoint / "errors").read_text()
