@@ -418,16 +418,33 @@ def attack_name_escape(ws: Workspace) -> str:
     return f"mount: {how}; state written outside the state dir: {escaped}"
 
 
+def _unmount_helpers(mountpoint: Path) -> list[int]:
+    """The pids of the `auto_unmount` helpers (fusermount3) watching `mountpoint`.
+
+    The helper's parent is the daemon (not init, as `pgrep -P 1` assumed: that found
+    none, so the helper unmounted cleanly and no stale mountpoint was ever made)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"fusermount3") and str(mountpoint).encode() in argv:
+            pids.append(int(proc.name))
+    return pids
+
+
 def attack_stale_mountpoint(ws: Workspace) -> str:
     m = ws.mount()
-    helpers = subprocess.run(["pgrep", "-P", "1", "-f", f"fusermount3.*{m.mountpoint}"],
-                             capture_output=True, text=True).stdout.split()
+    helpers = _unmount_helpers(m.mountpoint)
     for pid in helpers:  # the auto_unmount helper, by its pid: no clean-up after the kill
-        os.kill(int(pid), signal.SIGKILL)
+        os.kill(pid, signal.SIGKILL)
     os.kill(m.pid, signal.SIGKILL)
     time.sleep(0.5)
-    try:
-        os.stat(m.mountpoint)
+    try:  # a listing, not a stat: the kernel answers a stat from its cached attributes
+        os.listdir(m.mountpoint)
         stale = "not stale"
     except OSError as exc:
         stale = errno_name(exc.errno)
@@ -464,19 +481,70 @@ def _as_nobody(script: str) -> subprocess.CompletedProcess:
                           timeout=60)
 
 
+#: a plugin whose constructor waits on a FIFO: a device probe that never answers.  The
+#: first version of this attack loaded linux.sysfs on /proc/kmsg, which the load's check
+#: now refuses before any backend is built, so the stuck path was no longer exercised.
+STUCK_PLUGIN = """
+from mlfs.abi import Objective, Sample, Subsystem
+
+class Stuck(Subsystem):
+    name, backend, description, tick_seconds = "stuck.one", "stuck.probe", "stuck", 0.05
+    objective = Objective("x", "", "max")
+    knobs = {}
+    features = {"x": "float64"}
+
+    def step(self, knobs):
+        return Sample(features={"x": 1.0}, objective=0.0)
+
+def check(settings):
+    return settings, ["stuck.one"]
+
+def factory(settings):
+    with open(settings["wait_for"]) as fifo:
+        fifo.read()
+    return [Stuck()]
+"""
+
+
+def _install_stuck_plugin(site: Path) -> None:
+    dist = site / "mlfs_backend_stuck-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: mlfs-backend-stuck\n"
+                                   "Version: 1.0\n")
+    (dist / "entry_points.txt").write_text("[mlfs.backends]\nstuck.probe = mlfs_stuck\n")
+    (site / "mlfs_stuck.py").write_text(STUCK_PLUGIN)
+
+
 def attack_stuck_load(ws: Workspace) -> str:
-    m = ws.mount()
+    site, fifo = ws.root / "site", ws.root / "probe"
+    _install_stuck_plugin(site)
+    os.mkfifo(fifo)
+    before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = str(site)
+    try:
+        m = ws.mount()
+    finally:
+        if before is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = before
     model = model_dir(m)
-    load = subprocess.Popen(["bash", "-c", "echo 'load linux.sysfs name=k features={k={path="
-                             "\"/proc/kmsg\"}}' > " + str(m.mountpoint / "control")],
+    load = subprocess.Popen(["bash", "-c", f"echo 'load stuck.probe wait_for={fifo}' > "
+                             + str(m.mountpoint / "control")],
                             stderr=subprocess.PIPE, text=True)
     ws.procs.append(load)
-    time.sleep(0.5)
+    deadline = time.monotonic() + 30
+    while "mlfs_loads_waiting 1" not in (m.mountpoint / "metrics").read_text():
+        if time.monotonic() > deadline:
+            return f"the load never reached the backend; {health(m)}"
+        time.sleep(0.05)
     started = time.monotonic()
     code = write_with_timeout(m.mountpoint / "control", b"emergency\n", timeout=20)
     took = time.monotonic() - started
     mode = (model / "mode").read_text().strip() if code == 0 else "?"
     write_with_timeout(m.mountpoint / "control", b"auto\n", timeout=20)
+    with open(fifo, "w"):  # the probe answers at last: what it built is closed, never served
+        pass
     return (f"emergency behind a stuck load: {errno_name(code)} in {took:.1f} s, model {mode}; "
             f"{health(m)}")
 
