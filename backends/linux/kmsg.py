@@ -112,6 +112,11 @@ class LinuxKmsg(Subsystem):
     records = RECORDS
     private = True
     publishes_reports = True
+    #: a tick's classification and similarity run in a worker thread: a storm of 20,000
+    #: records in one tick must not hold the trio thread, which answers the kill switch
+    #: (red team K11).  `report_files` is then read while `step` runs: it takes a
+    #: snapshot of the reports (`list()` of a dict is one step under the GIL)
+    blocking = True
 
     def __init__(self, name: str = "linux.kmsg", tick_seconds: float = 1.0,
                  path: str = DEFAULT_PATH, max_records: int = 20000, start: str = "boot",
@@ -361,7 +366,7 @@ class LinuxKmsg(Subsystem):
             events.append(event)
 
     def report_files(self) -> dict[str, str]:
-        return {rid: report.text() for rid, report in self.reports.by_id.items()}
+        return {report.id: report.text() for report in list(self.reports.by_id.values())}
 
     def close(self) -> None:
         ended = self._blocks.idle()  # a block still open is as complete as it will get
