@@ -561,6 +561,7 @@ def private_masked(text: str) -> str:
     (the fleet store); the host itself keeps the record as the kernel wrote it (readable
     by root and the group only).  An allow-list: a word nobody thought of is not shipped.
     """
+    text = printable(text)
     for pattern, kind in _IN_CONTEXT:
         if kind == "QUOTED":
             text = pattern.sub(lambda m: m.group(1) + '="' + (

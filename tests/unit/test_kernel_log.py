@@ -165,3 +165,16 @@ def test_what_ships_beyond_the_host_masks_users():
         == "COMM[PID]: segfault at 0 ip ADDR in PATH"
     assert private_masked("segfault in mysqld") == "segfault in COMM"
     assert "alice" not in private_masked("Out of memory: Killed process 42 (alice-job)")
+
+
+def test_mlfs_reports_prints_no_terminal_control_sequence():
+    """`mlfs reports` prints titles and examples (red team K2): escaped, as dmesg does."""
+    from mlfs.kernel_reports import render_html, render_text
+
+    title = "segfault in \x1b]0;PWNED-TITLE\x07\x1b[2J\x1b[31mred"
+    item = {"hosts": 1, "count": 2, "kind": "segfault", "title": title,
+            "example": "\x1b[2Jx", "first_seen": "", "last_seen": ""}
+    for out in (render_text([item]), render_html([item], "reports")):
+        assert "\x1b" not in out and "\x07" not in out
+        assert "\\x1b]0;PWNED-TITLE\\x07" in out
+    assert "\x1b" not in private_masked(title)
