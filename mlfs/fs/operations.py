@@ -334,7 +334,6 @@ class Operations(pyfuse3.Operations):
         self._handles[fh] = handle
         return fh
 
-    @_guard
     def _reads_private(self, ctx) -> bool:
         """Whether the caller may read private (0440, group `self.gid`) files: root, or a
         member of the mount's group (its primary or a supplementary group)."""
@@ -351,6 +350,7 @@ class Operations(pyfuse3.Operations):
             pass
         return False
 
+    @_guard
     async def open(self, inode, flags, ctx):
         node = self._node(inode)
         access = flags & os.O_ACCMODE
