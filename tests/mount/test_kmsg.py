@@ -256,7 +256,15 @@ def test_a_report_whose_lines_span_ticks_is_made_and_no_record_is_dropped(kmsg_m
     sub = kmsg_mount.mountpoint / "linux.kmsg"
     lines = ["BUG: unable to handle page fault for address: ffffffffc0001234",
              f"RIP: 0010:kmsg_split_{token}+0x1a/0x30", "---[ end trace 0000000000000000 ]---"]
+    inject(f"random: before the split report {token}")
     inject(lines[0])
+
+    def header_is_a_row() -> bool:  # so the rest comes in a later tick, after idle ones
+        got = sorted(rows(kmsg_mount), key=lambda r: r["seq"])
+        before = [r["seq"] for r in got if token in r["message"]]
+        return bool(before) and any(r["message"] == lines[0] and r["seq"] > before[0]
+                                    for r in got)
+    wait_for(header_is_a_row, what="the header as a row")
     time.sleep(0.5)
     for line in lines[1:]:
         inject(line)
