@@ -188,7 +188,7 @@ class LinuxKmsg(Subsystem):
         if isinstance(evicted, dict):
             for budget, count in evicted.items():
                 if budget in self.reports.evicted and isinstance(count, int) and count >= 0:
-                    self.reports.evicted[budget] = count
+                    self.reports.evicted[budget] += count  # and those the load evicted
 
     def _set_aside(self, why: str) -> None:
         assert self._state is not None
