@@ -44,9 +44,15 @@ the ``RIP:`` line or the first interesting frame once the block is complete.
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import re
+import zlib
 from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import kernel_words
 
 KINDS = ("io_error", "fs_error", "oops", "bug", "warning", "panic", "hung_task",
          "soft_lockup", "rcu_stall", "oom_kill", "segfault", "lost", "other")
@@ -78,31 +84,56 @@ class Record:
 
 
 def parse_record(raw: bytes) -> Record | None:
-    """One read(2) of /dev/kmsg as a Record; None when it is not in the kernel's format."""
-    text = raw.decode("utf-8", errors="replace")
-    head, sep, rest = text.partition(";")
+    """One read(2) of /dev/kmsg as a Record; None when it is not in the kernel's format.
+
+    The kernel escapes every byte below 0x20 (but tab) and from 0x7f up as ``\\xNN``; those
+    are bytes of the UTF-8 the writer meant, so they are unescaped as bytes and the result
+    decoded as UTF-8 (an invalid sequence stays visible as ``\\xNN``): ``é`` comes back as
+    ``é``, not as the two characters of mojibake a per-byte ``chr`` made (red team K3).
+    Control characters are restored too (the message is the kernel's); what prints a
+    title or a report escapes them (`printable`).
+    """
+    head, sep, rest = raw.partition(b";")
     if not sep:
         return None
-    parts = head.split(",")
+    parts = head.decode("ascii", errors="replace").split(",")
     if len(parts) < 4 or not all(p.isdigit() for p in parts[:3]):
         return None
     prio, seq, ts = int(parts[0]), int(parts[1]), int(parts[2])
-    lines = rest.split("\n")
+    lines = rest.split(b"\n")
     message = _unescape(lines[0])[:MAX_MESSAGE]
     fields: dict[str, str] = {}
     for line in lines[1:]:
-        if line.startswith(" ") and "=" in line:
-            key, _, value = line[1:].partition("=")
+        if line.startswith(b" ") and b"=" in line:
+            key, _, value = line[1:].partition(b"=")
             if len(fields) < 16:
-                fields[key[:32]] = _unescape(value)[:256]
+                fields[_unescape(key)[:32]] = _unescape(value)[:256]
     return Record(seq=seq, ts_usec=ts, level=prio & 7, facility=prio >> 3,
                   continuation=parts[3] in ("c", "+"), message=message, fields=fields)
 
 
-def _unescape(text: str) -> str:
-    if "\\x" not in text:
+_ESCAPED = re.compile(rb"\\x([0-9a-fA-F]{2})")
+
+
+def _unescape(data: bytes) -> str:
+    if b"\\x" in data:
+        data = _ESCAPED.sub(lambda m: bytes((int(m.group(1), 16),)), data)
+    return data.decode("utf-8", errors="backslashreplace")
+
+
+#: C0 and C1 controls, DEL, and the bidirectional overrides that reorder what a terminal
+#: shows (a title is printed by `mlfs reports`; a raw ESC there sets the terminal's title
+#: or clears its screen: red team K2)
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """`text` with control characters escaped as the kernel escapes them (``\\x1b``), as
+    dmesg prints them: safe to print on a terminal."""
+    if not _UNPRINTABLE.search(text):
         return text
-    return re.sub(r"\\x([0-9a-fA-F]{2})", lambda m: chr(int(m.group(1), 16)), text)
+    return _UNPRINTABLE.sub(lambda m: (f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
+                                       else f"\\u{ord(m.group()):04x}"), text)
 
 
 # ---- kinds, devices, titles -----------------------------------------------------------
@@ -345,37 +376,53 @@ def signature_id(kind: str, signature: str) -> str:
 
 @dataclass
 class Block:
-    """A multi-record report being read: its first record's seq, kind, title and lines."""
+    """A multi-record report being read: its first record's seq, kind, title and lines,
+    and the records' own times (wall clock, seconds) of its first and last line."""
 
     first_seq: int
     kind: str
     title: str
     lines: list[str]
     ended: bool = False
+    first_seen: float = 0.0
+    last_seen: float = 0.0
+    #: when (the reader's monotonic clock) the block last got a line: what `quiet` measures
+    fed_at: float = 0.0
+    #: "kernel" or "user": who wrote the header (`Reports.seen`'s `origin`)
+    origin: str = "kernel"
 
 
 class Blocks:
     """Groups the records of multi-record reports; knows when one ends.
 
     A block starts at a header record (`Classified.block`) and ends at the kernel's
-    ``---[ end trace ... ]---`` marker, at the next header, after `MAX_LINES` records, or
-    when `idle` is called with nothing new (a hung-task report has no end marker).
+    ``---[ end trace ... ]---`` marker, at the next header or report, after `MAX_LINES`
+    records, or when nothing was added to it for `QUIET_SECONDS` (`quiet`): a hung-task,
+    RCU-stall or lockup report has no end marker.  The quiet interval is measured in time,
+    not in ticks: with a 0.1 s tick an idle tick is no evidence that a report is complete
+    (the kernel prints a block from one context, but a WARNING followed 0.5 s later by its
+    registers was lost to "an idle tick ends the block" in red team K7).
     """
 
     MAX_LINES = 200
+    #: seconds without a new line after which an open block is complete
+    QUIET_SECONDS = 2.0
 
     def __init__(self) -> None:
         self.open: Block | None = None
 
-    def feed(self, seq: int, message: str, classified: Classified
-             ) -> tuple[int | None, Block | None]:
-        """(block of this record or None, a block that ended with it or before it)."""
+    def feed(self, seq: int, message: str, classified: Classified, when: float = 0.0,
+             now: float = 0.0, origin: str = "kernel") -> tuple[int | None, Block | None]:
+        """(block of this record or None, a block that ended with it or before it).
+
+        `when`: the record's own wall-clock time; `now`: the reader's monotonic clock."""
         ended = None
         # "Oops: 0000 [#1] SMP" follows the BUG: line that opened the same report
         continues = classified.signature == "Oops" and self.open is not None
         if classified.block and not continues:
             ended = self._close()
-            self.open = Block(seq, classified.kind, classified.signature, [message])
+            self.open = Block(seq, classified.kind, classified.signature, [message],
+                              first_seen=when, last_seen=when, fed_at=now, origin=origin)
             return seq, ended
         current = self.open
         if current is None:
@@ -384,12 +431,20 @@ class Blocks:
                 classified.suppressed == 0:
             return None, self._close()  # an unrelated report ends the block
         current.lines.append(message)
+        current.last_seen, current.fed_at = when, now
         if _END.match(message.strip()) or len(current.lines) >= self.MAX_LINES:
             return current.first_seq, self._close()
         return current.first_seq, None
 
+    def quiet(self, now: float, seconds: float | None = None) -> Block | None:
+        """The open block, closed, if nothing was added to it for `seconds` by `now`."""
+        seconds = self.QUIET_SECONDS if seconds is None else seconds
+        if self.open is not None and now - self.open.fed_at >= seconds:
+            return self._close()
+        return None
+
     def idle(self) -> Block | None:
-        """Nothing arrived for a while: an open block is complete."""
+        """The open block, closed now (the end of the input: a test, a shutdown)."""
         return self._close()
 
     def _close(self) -> Block | None:
@@ -401,25 +456,133 @@ class Blocks:
 
 
 # ---- what ships beyond the host -------------------------------------------------------
+#
+# An allow-list, not a deny-list (red team K14: the deny-list shipped `Comm: alicejob`,
+# `UID: 1000 PID: 4242`, audit paths, IP and MAC addresses, SSIDs, USB serial numbers, NFS
+# server names, memcg paths with uids...).  First the places where the kernel's formats put
+# something of a user become typed placeholders (COMM, PID, UID, IP, MAC, PATH, SERIAL,
+# HOST, NAME); then every remaining word ships only if it is a word of the kernel's own
+# messages (`mlfs.kernel_words`), a kernel symbol (a frame, a snake_case identifier), a
+# kernel source path, a block device or a placeholder; any other word becomes WORD.
 
-_HOME = re.compile(r"/home/[^\s/]+")
-_COMM_IN = re.compile(r"(segfault in |fault in |trap \w+ in )(.+)$")
+PLACEHOLDERS = frozenset({"COMM", "PID", "UID", "IP", "MAC", "PATH", "SERIAL", "HOST",
+                          "NAME", "WORD", "ADDR", "NUM"})
+_IN_CONTEXT: list[tuple[re.Pattern[str], str]] = [
+    # a quoted value after a key of audit/AppArmor/SELinux: name="/srv/x" comm="job"
+    (re.compile(r'\b(name|exe|path|cwd|root|dev|profile|scontext|tcontext|comm|cmd|'
+                r'proctitle|subj|laddr|faddr|saddr|daddr|src|dst|hostname|addr)="[^"]*"'),
+     "QUOTED"),
+    (re.compile(r"\b(?:[0-9a-fA-F]{2}[:-]){5}[0-9a-fA-F]{2}\b"), "MAC"),
+    (re.compile(r"(?<![\w.])(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?(?![\w.])"), "IP"),
+    # IPv6 (two colons at least; a PCI address 0000:00:19.0 is not one)
+    # (NUM: a title the host already masked with `mask`)
+    (re.compile(r"(?<![\w:.])(?:[0-9a-fA-F]|NUM){0,8}(?::(?:[0-9a-fA-F]|NUM){0,8}){2,7}"
+                r"(?![\w:.])"), "IP"),
+]
+_COMM_PATTERNS = [
+    # `CPU: 0 UID: 1000 PID: 4242 Comm: alicejob Tainted: ...` (show_regs, dump_stack)
+    re.compile(r"(?P<k>\bComm: )(?P<v>.+?)(?= (?:Not tainted|Tainted:)|$)"),
+    re.compile(r"(?P<k>\b(?:comm|task)[=: ]\"?)(?P<v>[^\",\s]+)"),
+    re.compile(r"(?P<k>\bcomm )(?P<v>[^:\s]+)(?=:)"),                     # ext4: comm X:
+    re.compile(r"(?P<k>^(?:traps: )?)(?P<v>\S.*?)(?=\[\d+\][: ])"),      # X[4242]: segfault
+    re.compile(r"(?P<k>\bKilled process PID \()(?P<v>[^)]*)(?=\))"),
+    re.compile(r"(?P<k>^)(?P<v>.+?)(?= invoked oom-killer)"),
+    re.compile(r"(?P<k>\btask )(?P<v>.+?)(?=:\d+ blocked)"),
+    re.compile(r"(?P<k>\[)(?P<v>[^\]\s:]+)(?=:\d+\]$)"),                 # [comm:4242]
+    re.compile(r"(?P<k>\bin )(?P<v>[^\s\[]+)(?=\[[0-9a-fA-F]+\+)"),     # error 4 in X[7f..+
+    re.compile(r"(?P<k>(?:segfault|fault|trap \w+) in )(?P<v>.+)$"),    # a title
+    # the OOM killer's task table: [  pid  ]   uid  tgid total_vm rss ... name
+    re.compile(r"(?P<k>^\[\s*\d+\]\s+\d+\s+\d+(?:\s+-?\d+){3,7}\s+)(?P<v>\S.*)$"),
+]
+_ID_PATTERNS = [
+    (re.compile(r"(?P<k>\bKilled process )\d+"), "PID"),
+    (re.compile(r"(?P<k>(?:COMM|^\S+)\[)\d+(?=\])"), "PID"),
+    (re.compile(r"(?P<k>\[COMM:)\d+(?=\]$)"), "PID"),
+    (re.compile(r"(?P<k>^\[)\s*\d+\]\s+\d+\s+\d+(?=\s)"), "PID] UID PID"),
+    (re.compile(r"\b(?P<k>(?:[ap]?pid|tgid|ppid|sid|PID|TGID|pgid)[=:] ?)\d+"), "PID"),
+    (re.compile(r"\b(?P<k>(?:[aefos]?uid|fsuid|[efos]?gid|fsgid|ouid|ogid|UID|GID)"
+                r"[=:] ?)\d+"), "UID"),
+    (re.compile(r"(?P<k>\buser-)\d+(?=\.slice)"), "UID"),
+    (re.compile(r"(?P<k>\bSerialNumber: ?).*$"), "SERIAL"),
+    (re.compile(r"(?P<k>\b(?:Product|Manufacturer|SSID|ssid|bssid|BSSID|label)[=:] ?)"
+                r"(?:'[^']*'|\"[^\"]*\"|.*?)(?=,|$)"), "NAME"),
+    (re.compile(r"(?P<k>\bserver )\S+"), "HOST"),
+]
+_PATH = re.compile(r"(?<![\w.])(?:/[^\s,;:'\"()\[\]]*)+")
+#: kernel source trees: `mm/slub.c`, `fs/ext4/inode.c:123` ship as they are
+_KERNEL_PATH = re.compile(r"^(?:arch|block|certs|crypto|drivers|fs|include|init|io_uring|"
+                          r"ipc|kernel|lib|mm|net|rust|samples|security|sound|virt)/"
+                          r"[\w/.+-]+$")
+_DEVICE = re.compile(r"^(?:(?:sd|vd|hd|xvd)[a-z]{1,3}\d*|nvme\d+(?:n\d+)?(?:p\d+)?|"
+                     r"loop\d+|dm-\d+|md\d+|nbd\d+|zram\d+|mmcblk\d+(?:p\d+)?|sr\d+|"
+                     r"ata\d+(?:\.\d+)?|sd#|loop#|nvme#(?:n#)?)$")
+_SYMBOL = re.compile(r"^[A-Za-z_][\w.]*\+0x[0-9a-f]+(?:/0x[0-9a-f]+)?$")
+_SNAKE = re.compile(r"^_*[a-z][a-z0-9]*(?:_+[a-z0-9]+)+(?:\.(?:isra|constprop|part|cold|"
+                    r"llvm)(?:\.\d+)?)*$")
+#: a title of the kernel's own kinds ends with the kernel function it names
+_KERNEL_TITLE = re.compile(r"^(?P<head>(?:WARNING|BUG|KASAN|KMSAN|KCSAN|KFENCE|UBSAN|INFO|"
+                           r"general protection fault|kernel BUG|Oops)\b.* in )"
+                           r"(?P<func>[A-Za-z_][\w.]*)$")
+_UPPER_SNAKE = re.compile(r"^_*[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+$")
+#: network interfaces, Bluetooth and USB ports, kernel releases: the machine's, not a user's
+_MACHINE = re.compile(r"^(?:(?:eth|wlan|wlp\w*|enp\w*|eno|ens|lo|br|bond|veth|virbr|tun|"
+                      r"tap|hci|can|ib)\d*|\d+-\d+(?:\.\d+)*|\d+\.\d+[\w.+~-]*)$")
+_HOSTLIKE = re.compile(r"^[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+$")
+_WORDISH = re.compile(r"[^\s=,;:()\[\]{}<>\"'|]+")
+_NUMBER = re.compile(r"^(?:0x)?[0-9a-fA-F]+$|^[+-]?\d+(?:\.\d+)?[a-zA-Z%]{0,3}$|^#\d+$")
+
+
+def _word(m: re.Match[str]) -> str:
+    token = m.group()
+    core = token.strip(".!?-'`")
+    if not core:
+        return token
+    if core in PLACEHOLDERS or _NUMBER.match(core):
+        if re.fullmatch(r"(?:0x)?[0-9a-fA-F]{12,}", core):
+            return token.replace(core, "ADDR")
+        return token
+    if len(core) == 1 or core.lower() in kernel_words.WORDS or _SNAKE.match(core) or \
+            _SYMBOL.match(core) or _DEVICE.match(core) or _KERNEL_PATH.match(core) or \
+            _UPPER_SNAKE.match(core) or _MACHINE.match(core):
+        return token
+    if all(part.lower() in kernel_words.WORDS or part in PLACEHOLDERS or
+           _NUMBER.match(part) or _DEVICE.match(part)
+           or len(part) == 1 for part in re.split(r"[-/+.#]", core) if part):
+        return token  # total-vm, EXT4-fs, 0010:..., nvme0n1p1/...
+    if _HOSTLIKE.match(core) and re.search(r"[A-Za-z]", core):
+        return token.replace(core, "HOST")
+    return token.replace(core, "WORD")
 
 
 def private_masked(text: str) -> str:
-    """`text` without what identifies users: command names, paths under /home, addresses.
-
-    Applied to every message and title that leaves the host (the fleet store); the host
-    itself keeps the record as the kernel wrote it (readable by root and the group only).
+    """`text` as it may leave the host: its skeleton in the kernel's own words, with every
+    other word replaced by a typed placeholder (COMM, PID, UID, IP, MAC, PATH, SERIAL,
+    HOST, NAME, WORD).  Applied to every message, title and device that leaves the host
+    (the fleet store); the host itself keeps the record as the kernel wrote it (readable
+    by root and the group only).  An allow-list: a word nobody thought of is not shipped.
     """
-    text = _HOME.sub("/home/USER", text)
-    text = re.sub(r"\b0x[0-9a-fA-F]{6,}\b|\b[0-9a-f]{12,16}\b", "ADDR", text)
-    text = re.sub(r"^(?P<comm>.+?)\[\d+\]: segfault", "COMM: segfault", text)
-    text = re.sub(r"task (.+?):\d+ blocked", "task COMM blocked", text)
-    text = re.sub(r"Killed process \d+ \((.+?)\)", "Killed process PID (COMM)", text)
-    text = re.sub(r"^(.+?) invoked oom-killer", "COMM invoked oom-killer", text)
-    text = re.sub(r"\[(\S+?):\d+\]$", "[COMM]", text)
-    return _COMM_IN.sub(lambda m: m.group(1) + "COMM", text)
+    text = printable(text)
+    for pattern, kind in _IN_CONTEXT:
+        if kind == "QUOTED":
+            text = pattern.sub(lambda m: m.group(1) + '="' + (
+                "COMM" if m.group(1) in ("comm", "cmd", "proctitle") else
+                "IP" if m.group(1) in ("laddr", "faddr", "saddr", "daddr", "src", "dst",
+                                      "addr") else
+                "HOST" if m.group(1) == "hostname" else
+                "NAME" if m.group(1) in ("profile", "subj", "scontext", "tcontext") else
+                "PATH") + '"', text)
+        else:
+            text = pattern.sub(kind, text)
+    text = _ID_PATTERNS[0][0].sub(r"\g<k>PID", text)  # before `Killed process PID (COMM)`
+    for pattern in _COMM_PATTERNS:
+        text = pattern.sub(lambda m: m.group("k") + "COMM", text)
+    for pattern, kind in _ID_PATTERNS[1:]:
+        text = pattern.sub(lambda m, kind=kind: m.group("k") + kind, text)
+    text = _PATH.sub("PATH", text)  # absolute: a user's file (kernel sources are relative)
+    m = _KERNEL_TITLE.match(text)  # `KASAN: ... in memcmp`: the function is the kernel's
+    if m:
+        return _WORDISH.sub(_word, m.group("head")) + m.group("func")
+    return _WORDISH.sub(_word, text)
 
 
 # ---- similarity: the same bug under titles that differ only in noise -----------------------
@@ -428,7 +591,12 @@ def private_masked(text: str) -> str:
 DUPLICATE_SIMILARITY = 0.6
 #: lines of a report's block that go into its text for similarity
 SIMILARITY_LINES = 40
+#: hashed feature columns (the hashing trick: no vocabulary to grow or refit)
+SIMILARITY_FEATURES = 1 << 16
+#: tokens of one text kept (a title and `SIMILARITY_LINES` frames fit)
+SIMILARITY_TOKENS = 64
 _CONSOLE_PREFIX = re.compile(r"^\[\s*\d+\.\d+\]\s*(?:\[\s*[CT]\d+\]\s*)?")
+_TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_.]+")
 
 
 def similarity_text(title: str, lines: list[str]) -> str:
@@ -443,45 +611,124 @@ def similarity_text(title: str, lines: list[str]) -> str:
     return mask(" ".join(words))
 
 
-class Similarity:
-    """TF-IDF (scikit-learn) over report texts: which known report a new one repeats.
+def hashed_terms(text: str) -> tuple[np.ndarray, np.ndarray]:
+    """(feature columns, sublinear term frequencies) of `text`: identifiers hashed (crc32,
+    stable across runs and hosts) into `SIMILARITY_FEATURES` columns."""
+    counts: dict[int, int] = {}
+    for token in _TOKEN.findall(text)[:SIMILARITY_TOKENS]:
+        column = zlib.crc32(token.encode()) & (SIMILARITY_FEATURES - 1)
+        counts[column] = counts.get(column, 0) + 1
+    columns = np.fromiter(counts.keys(), dtype=np.int64, count=len(counts))
+    tf = 1.0 + np.log(np.fromiter(counts.values(), dtype=np.float64, count=len(counts)))
+    return columns, tf
 
-    The vocabulary and its inverse document frequencies are learned from the reports
-    kept so far (refit when a report is added: at most `MAX_REPORTS` texts), so words
-    every report has (`Call`, `Trace`) weigh little and the functions that tell bugs
-    apart weigh much.  Word tokens are identifiers (a function's name is one token).
+
+class Similarity:
+    """TF-IDF over the reports kept of one kind, by the hashing trick: which known report a
+    new one repeats, at a cost bounded by the reports kept, never by the reports seen.
+
+    The inverse document frequencies are those of the reports kept now (document
+    frequencies are counted as reports come and go), so words every report has (`Call`,
+    `Trace`) weigh little and the functions that tell bugs apart weigh much.  Why not
+    scikit-learn's TfidfVectorizer: it had to be refit on every kept text for each new
+    signature, so a storm of 3,000 distinct titles held the GIL for 22 s against the
+    trio thread and the kill switch (red team K11).  Here a new text costs one pass over
+    a fixed-size array of the kept reports' terms (`capacity` × `SIMILARITY_TOKENS`).
     """
 
-    def __init__(self) -> None:
-        self.texts: list[str] = []
-        self.ids: list[str] = []
+    def __init__(self, capacity: int = 512) -> None:
+        self.capacity = capacity
+        self.df = np.zeros(SIMILARITY_FEATURES, dtype=np.float64)
+        self._columns = np.zeros((0, SIMILARITY_TOKENS), dtype=np.int32)
+        self._tf = np.zeros((0, SIMILARITY_TOKENS), dtype=np.float32)
+        self._slot: dict[str, int] = {}
+        self._ids: list[str | None] = []
+        self._free: list[int] = []
+        #: the most terms any text added so far has (columns past it are all empty)
+        self._width = 1
+
+    def __len__(self) -> int:
+        return len(self._slot)
 
     def add(self, rid: str, text: str) -> None:
-        self.texts.append(text)
-        self.ids.append(rid)
+        if rid in self._slot:
+            return
+        if not self._free and len(self._ids) >= self.capacity:
+            return  # the caller evicts first; a full index never grows
+        columns, tf = hashed_terms(text)
+        if not self._free:  # grow by doubling up to `capacity`
+            old = len(self._ids)
+            size = min(self.capacity, max(16, old * 2))
+            self._columns = np.resize(self._columns, (size, SIMILARITY_TOKENS))
+            self._tf = np.resize(self._tf, (size, SIMILARITY_TOKENS))
+            self._tf[old:] = 0.0
+            self._ids.extend([None] * (size - old))
+            self._free.extend(range(size - 1, old - 1, -1))
+        slot = self._free.pop()
+        self._columns[slot] = 0
+        self._tf[slot] = 0.0
+        self._columns[slot, :len(columns)] = columns
+        self._tf[slot, :len(tf)] = tf
+        self.df[columns] += 1.0
+        self._width = max(self._width, len(columns))
+        self._slot[rid] = slot
+        self._ids[slot] = rid
+
+    def remove(self, rid: str) -> None:
+        slot = self._slot.pop(rid, None)
+        if slot is None:
+            return
+        used = self._tf[slot] > 0
+        self.df[self._columns[slot][used]] -= 1.0
+        self._tf[slot] = 0.0
+        self._ids[slot] = None
+        self._free.append(slot)
 
     def nearest(self, text: str) -> tuple[str | None, float]:
         """(id of the most similar known report, cosine similarity); (None, 0.0) if none.
 
-        Fitted on the known texts and the new one together, so a word only the new one
-        has counts (a vocabulary without it would see just the words they share).
-        """
-        if not self.texts:
+        The frequencies count the new text too (as a fit on the known texts and the new
+        one would), so a word only the new one has weighs as much as a rare word."""
+        if not self._slot:
             return None, 0.0
-        from sklearn.feature_extraction.text import TfidfVectorizer
-
-        vectorizer = TfidfVectorizer(token_pattern=r"[A-Za-z_][A-Za-z0-9_.]+",
-                                     lowercase=False, sublinear_tf=True)
-        matrix = vectorizer.fit_transform([*self.texts, text])
-        scores = (matrix[:-1] @ matrix[-1].T).toarray().ravel()
+        columns, tf = hashed_terms(text)
+        if not len(columns):
+            return None, 0.0
+        n = len(self._slot) + 1
+        query = np.zeros(SIMILARITY_FEATURES, dtype=np.float64)
+        q_idf = np.log((1.0 + n) / (2.0 + self.df[columns])) + 1.0
+        q = tf * q_idf
+        q /= np.linalg.norm(q)
+        query[columns] = q
+        rows = self._columns[:len(self._ids), :self._width]
+        in_query = (query[rows] != 0.0)
+        idf = np.log((1.0 + n) / (1.0 + self.df[rows] + in_query)) + 1.0
+        weights = self._tf[:len(self._ids), :self._width] * idf
+        norms = np.sqrt((weights * weights).sum(axis=1))
+        norms[norms == 0.0] = 1.0
+        scores = (weights * query[rows]).sum(axis=1) / norms
         best = int(scores.argmax())
-        return self.ids[best], float(scores[best])
+        if self._ids[best] is None:
+            return None, 0.0
+        return self._ids[best], float(scores[best])
 
 
 # ---- reports: one per signature -------------------------------------------------------
 
-#: distinct reports kept per host; beyond it new signatures are only counted
-MAX_REPORTS = 512
+#: reports of what the kernel wrote about itself: its own failures, which no user can
+#: cause at will
+KERNEL_KINDS = frozenset({"io_error", "fs_error", "oops", "bug", "warning", "panic",
+                          "hung_task", "soft_lockup", "rcu_stall"})
+#: reports any user can trigger at will (a process renaming itself and dereferencing
+#: NULL every 0.2 s filled every slot in four minutes: red team K12)
+USER_KINDS = frozenset({"segfault", "oom_kill"})
+#: reports kept per class: a class full gives way within itself (its least recent
+#: report goes, counted in `Reports.evicted`), never at the other's expense
+BUDGETS = {"kernel": 384, "user": 128}
+#: distinct reports kept per host
+MAX_REPORTS = sum(BUDGETS.values())
+#: signatures remembered as repeats of a kept report (each a short string pair)
+MAX_ALIASES = 4 * MAX_REPORTS
 #: lines of a report's first block kept
 MAX_BLOCK_LINES = 200
 #: a repeat of a known report is announced at most once per this many seconds
@@ -490,9 +737,19 @@ REPEAT_EVENT_SECONDS = 300.0
 REPORTED_KINDS = frozenset(KINDS) - {"other", "lost"}
 
 
+def report_class(kind: str, origin: str = "kernel") -> str:
+    """The budget a report draws on: "kernel" for the kernel's own failures written by the
+    kernel (facility 0), "user" for kinds users trigger and for whatever user space wrote
+    into /dev/kmsg (the kernel gives such records facility `user`)."""
+    return "kernel" if kind in KERNEL_KINDS and origin == "kernel" else "user"
+
+
 @dataclass
 class Report:
-    """One signature: how often and when it was seen, and its first occurrence whole."""
+    """One signature: how often and when it was seen, and its first occurrence whole.
+
+    `first_seen` and `last_seen` are the records' own times (wall clock, seconds), not
+    the times mlfs read them."""
 
     id: str
     kind: str
@@ -504,71 +761,119 @@ class Report:
     host: str
     block: list[str]
     announced: float = 0.0
+    budget: str = "kernel"
 
     def as_dict(self) -> dict:
         return {"id": self.id, "kind": self.kind, "title": self.title, "count": self.count,
                 "first_seen": self.first_seen, "last_seen": self.last_seen,
-                "release": self.release, "host": self.host, "block": list(self.block)}
+                "release": self.release, "host": self.host, "block": list(self.block),
+                "budget": self.budget}
 
     def text(self) -> str:
-        """The report file: a header of `key: value` lines, a blank line, the block."""
+        """The report file: a header of `key: value` lines, a blank line, the block.
+
+        Control characters are escaped (`printable`): `cat` of a report must not drive
+        the reader's terminal."""
         import time as _time
 
         def when(t: float) -> str:
             return _time.strftime("%Y-%m-%dT%H:%M:%SZ", _time.gmtime(t))
 
-        head = [f"title: {self.title}", f"kind: {self.kind}", f"count: {self.count}",
-                f"first_seen: {when(self.first_seen)}", f"last_seen: {when(self.last_seen)}",
-                f"release: {self.release}", f"host: {self.host}"]
-        return "\n".join(head) + "\n\n" + "\n".join(self.block) + "\n"
+        head = [f"title: {printable(self.title)}", f"kind: {self.kind}",
+                f"count: {self.count}", f"first_seen: {when(self.first_seen)}",
+                f"last_seen: {when(self.last_seen)}", f"release: {self.release}",
+                f"host: {printable(self.host)}"]
+        return "\n".join(head) + "\n\n" + "\n".join(printable(line) for line in self.block) \
+            + "\n"
 
 
 class Reports:
-    """Reports by signature, bounded: `MAX_REPORTS` kept, the rest counted (`overflow`)."""
+    """Reports by signature, bounded per class (`BUDGETS`): a new report in a full class
+    evicts that class's least recently seen report (counted in `evicted`)."""
 
     def __init__(self, release: str, host: str) -> None:
         self.release = release
         self.host = host
         self.by_id: dict[str, Report] = {}
-        self.overflow = 0
+        #: per class, report ids from least to most recently seen
+        self._recent: dict[str, collections.OrderedDict[str, None]] = {
+            name: collections.OrderedDict() for name in BUDGETS}
+        #: per class, reports that gave way to a newer one
+        self.evicted: dict[str, int] = dict.fromkeys(BUDGETS, 0)
         self.similar: dict[str, Similarity] = {}  # per kind
-        #: signature id -> the report it was found to repeat (learned similarity)
-        self.aliases: dict[str, str] = {}
+        #: signature id -> the report it was found to repeat (bounded: `MAX_ALIASES`)
+        self.aliases: collections.OrderedDict[str, str] = collections.OrderedDict()
         #: the last new-or-duplicate decision: (similarity, the report it is nearest to)
         self.last_similarity: tuple[float, str | None] = (0.0, None)
 
-    def seen(self, kind: str, title: str, block: list[str], when: float
-             ) -> tuple[Report | None, str]:
-        """Count one occurrence; returns (report, status): "new", "duplicate" (a new
-        signature the learned similarity puts in a known report), "repeat"
-        (rate-limited), "quiet" or "dropped" (over `MAX_REPORTS`)."""
+    @property
+    def overflow(self) -> int:
+        """Reports evicted so far, all classes."""
+        return sum(self.evicted.values())
+
+    def _similarity(self, kind: str) -> Similarity:
+        similar = self.similar.get(kind)
+        if similar is None:  # both classes may hold a kind (root writing a WARNING)
+            similar = self.similar[kind] = Similarity(MAX_REPORTS)
+        return similar
+
+    def _touch(self, report: Report, when: float) -> None:
+        report.count += 1
+        report.first_seen = min(report.first_seen, when)
+        report.last_seen = max(report.last_seen, when)
+        self._recent[report.budget].move_to_end(report.id)
+
+    def _evict(self, budget: str) -> None:
+        rid, _ = self._recent[budget].popitem(last=False)
+        report = self.by_id.pop(rid)
+        self._similarity(report.kind).remove(rid)
+        self.evicted[budget] += 1
+
+    def _keep(self, report: Report, text: str) -> None:
+        recent = self._recent[report.budget]
+        while len(recent) >= BUDGETS[report.budget]:
+            self._evict(report.budget)
+        self.by_id[report.id] = report
+        recent[report.id] = None
+        similar = self._similarity(report.kind)
+        similar.add(report.id, text)
+
+    def seen(self, kind: str, title: str, block: list[str], when: float,
+             origin: str = "kernel") -> tuple[Report | None, str]:
+        """Count one occurrence at `when` (the record's own time); returns (report,
+        status): "new", "duplicate" (a new signature the learned similarity puts in a
+        known report), "repeat" (rate-limited) or "quiet".  `origin` is "kernel" for a
+        record the kernel wrote (facility 0), "user" for one user space wrote."""
         if kind not in REPORTED_KINDS:
             return None, "quiet"
+        title = printable(title)
         rid = signature_id(kind, title)
-        rid = self.aliases.get(rid, rid)
+        target = self.aliases.get(rid)
+        if target is not None:
+            if target in self.by_id:
+                self.aliases.move_to_end(rid)
+                rid = target
+            else:  # its report gave way: the signature starts afresh
+                del self.aliases[rid]
         report = self.by_id.get(rid)
         if report is None:
-            if len(self.by_id) >= MAX_REPORTS:  # full: counted, not even compared
-                self.overflow += 1
-                return None, "dropped"
-            similar = self.similar.setdefault(kind, Similarity())
+            similar = self._similarity(kind)
             text = similarity_text(title, block)
             nearest, score = similar.nearest(text)
             self.last_similarity = (score, nearest)
             if nearest is not None and score >= DUPLICATE_SIMILARITY:
                 self.aliases[rid] = nearest
+                if len(self.aliases) > MAX_ALIASES:
+                    self.aliases.popitem(last=False)
                 report = self.by_id[nearest]
-                report.count += 1
-                report.last_seen = when
+                self._touch(report, when)
                 return report, "duplicate"
-            report = Report(rid, kind, title, 0, when, when, self.release, self.host,
-                            list(block[:MAX_BLOCK_LINES]), announced=when)
-            self.by_id[rid] = report
-            similar.add(rid, text)
-            report.count = 1
+            report = Report(rid, kind, title, 1, when, when, self.release, self.host,
+                            list(block[:MAX_BLOCK_LINES]), announced=when,
+                            budget=report_class(kind, origin))
+            self._keep(report, text)
             return report, "new"
-        report.count += 1
-        report.last_seen = when
+        self._touch(report, when)
         if when - report.announced >= REPEAT_EVENT_SECONDS:
             report.announced = when
             return report, "repeat"
@@ -578,21 +883,26 @@ class Reports:
         return [r.as_dict() | {"announced": r.announced} for r in self.by_id.values()]
 
     def load(self, items: object) -> None:
-        """Reports saved by `to_json`; entries that do not fit are skipped."""
+        """Reports saved by `to_json`; entries that do not fit are skipped, and each class
+        keeps its budget's most recent ones."""
         if not isinstance(items, list):
             return
-        for item in items[:MAX_REPORTS]:
+        loaded = []
+        for item in items[:4 * MAX_REPORTS]:
             try:
-                report = Report(str(item["id"]), str(item["kind"]), str(item["title"]),
+                report = Report(str(item["id"]), str(item["kind"]), printable(str(item["title"])),
                                 int(item["count"]), float(item["first_seen"]),
                                 float(item["last_seen"]), str(item["release"]),
                                 str(item["host"]), [str(x) for x in item["block"]][
                                     :MAX_BLOCK_LINES],
                                 float(item.get("announced", 0.0)))
-            except (KeyError, TypeError, ValueError):
+                budget = str(item.get("budget", report_class(report.kind)))
+            except (KeyError, TypeError, ValueError, AttributeError):
                 continue
+            report.budget = budget if budget in BUDGETS else report_class(report.kind)
             if report.kind in REPORTED_KINDS and report.id == signature_id(report.kind,
                                                                          report.title):
-                self.by_id[report.id] = report
-                self.similar.setdefault(report.kind, Similarity()).add(
-                    report.id, similarity_text(report.title, report.block))
+                loaded.append(report)
+        for report in sorted(loaded, key=lambda r: r.last_seen):
+            if report.id not in self.by_id:
+                self._keep(report, similarity_text(report.title, report.block))

@@ -5,7 +5,8 @@ signature, kept by the `linux.kmsg` backend).  Across a fleet they are merged fr
 shipped kernel-log rows of every host (`kind=records` of the store): one line per
 signature with the hosts it hit, the kernel releases, first and last seen, how often,
 and one example, ordered as syzbot's dashboard orders bugs, most hosts first.  What the
-store holds was masked on the host before it shipped (mlfs.kernel_log.private_masked).
+store holds was masked on the host before it shipped (mlfs.kernel_log.private_masked,
+an allow-list).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from .kernel_log import REPORTED_KINDS, signature_id
+from .kernel_log import REPORTED_KINDS, printable, signature_id
 
 KERNEL_LOG_SUBSYSTEM = "linux.kmsg"
 
@@ -94,20 +95,28 @@ def fleet_reports(url: str, subsystem: str = KERNEL_LOG_SUBSYSTEM) -> list[dict]
 
 
 def render_text(reports: list[dict]) -> str:
+    """One line per report, control characters escaped as dmesg escapes them: a title is
+    the kernel's text, which any user's command name reaches (red team K2: an ESC
+    sequence in a segfaulting comm set the terminal's title and cleared its screen)."""
     if not reports:
         return "no reports\n"
     lines = [f"{'hosts':>5} {'count':>6}  {'kind':<12} title"]
     for r in reports:
-        lines.append(f"{r['hosts']:>5} {r['count']:>6}  {r['kind']:<12} {r['title']}")
+        lines.append(f"{r['hosts']:>5} {r['count']:>6}  {printable(str(r['kind'])):<12} "
+                     f"{printable(str(r['title']))}")
     return "\n".join(lines) + "\n"
+
+
+def _html(value: object) -> str:
+    return html.escape(printable(str(value)))
 
 
 def render_html(reports: list[dict], heading: str) -> str:
     rows = "".join(
-        f"<tr><td>{r['hosts']}</td><td>{r['count']}</td><td>{html.escape(r['kind'])}</td>"
-        f"<td>{html.escape(r['title'])}</td><td>{html.escape(str(r.get('first_seen', '')))}"
-        f"</td><td>{html.escape(str(r.get('last_seen', '')))}</td>"
-        f"<td><code>{html.escape(str(r.get('example', '')))}</code></td></tr>"
+        f"<tr><td>{r['hosts']}</td><td>{r['count']}</td><td>{_html(r['kind'])}</td>"
+        f"<td>{_html(r['title'])}</td><td>{_html(r.get('first_seen', ''))}"
+        f"</td><td>{_html(r.get('last_seen', ''))}</td>"
+        f"<td><code>{_html(r.get('example', ''))}</code></td></tr>"
         for r in reports)
     return (f"<!doctype html><meta charset=utf-8><title>{html.escape(heading)}</title>"
             f"<h1>{html.escape(heading)}</h1><table border=1 cellpadding=4><tr><th>hosts</th>"
@@ -116,7 +125,7 @@ def render_html(reports: list[dict], heading: str) -> str:
 
 
 def main(reports: list[dict], fmt: str, heading: str) -> int:
-    if fmt == "json":
+    if fmt == "json":  # JSON escapes control characters itself (\u001b)
         json.dump(reports, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
     elif fmt == "html":

@@ -37,7 +37,7 @@ class _Log:
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self._slots: list[tuple[int, bytes]] = []
+        self._slots: list[tuple[int, bytes, bool]] = []
         self.end = 0  # the number the next entry gets
         self.dropped_seq = 0  # seq of the newest entry overwritten so far
         #: subscribers with a waker registered (blocked in read or polling)
@@ -48,17 +48,20 @@ class _Log:
         """Number of the oldest entry still kept."""
         return max(0, self.end - self.capacity)
 
-    def append(self, seq: int, line: bytes) -> None:
+    def append(self, seq: int, line: bytes, private: bool = False) -> None:
         if len(self._slots) < self.capacity:
-            self._slots.append((seq, line))
+            self._slots.append((seq, line, private))
         else:
             slot = self.end % self.capacity
             self.dropped_seq = self._slots[slot][0]
-            self._slots[slot] = (seq, line)
+            self._slots[slot] = (seq, line, private)
         self.end += 1
 
     def line(self, number: int) -> bytes:
         return self._slots[number % self.capacity][1]
+
+    def private(self, number: int) -> bool:
+        return self._slots[number % self.capacity][2]
 
     def wake(self) -> None:
         waiting, self.waiting = self.waiting, set()
@@ -69,10 +72,14 @@ class _Log:
 class Subscriber:
     """One reader's cursor into a shared log."""
 
-    def __init__(self, bus: EventBus, subsystem: str | None, log: _Log) -> None:
+    def __init__(self, bus: EventBus, subsystem: str | None, log: _Log,
+                 private_ok: bool = True) -> None:
         self._bus = bus
         self._log = log
         self.subsystem = subsystem
+        #: whether this reader may read the private subsystems' data (root or the
+        #: mount's group): their events (a `report` with its title) are skipped otherwise
+        self.private_ok = private_ok
         self.next = log.end
         #: the rest of a line a short read(2) took only the start of
         self.partial = b""
@@ -112,7 +119,16 @@ class Subscriber:
         return self.has_data() or self.closed
 
     def has_data(self) -> bool:
+        self._skip_hidden()
         return bool(self.partial) or self.next < self._log.end
+
+    def _skip_hidden(self) -> None:
+        """Move past the events this reader may not see (so it is not woken for them)."""
+        if self.private_ok:
+            return
+        log = self._log
+        while log.start <= self.next < log.end and log.private(self.next):
+            self.next += 1
 
     def take(self, max_bytes: int) -> bytes:
         """At most `max_bytes`: whole lines when they fit, else the start of one line.
@@ -146,6 +162,9 @@ class Subscriber:
         # (when a partial line filled the read, the marker waits for the next
         # one and so do the lines: the ones before log.start are gone)
         while log.start <= self.next < log.end:
+            if not self.private_ok and log.private(self.next):
+                self.next += 1
+                continue
             line = log.line(self.next)
             if out and size + len(line) > max_bytes:
                 break
@@ -186,8 +205,11 @@ class EventBus:
             log = self._logs[subsystem] = _Log(self.capacity)
         return log
 
-    def subscribe(self, subsystem: str | None = None) -> Subscriber:
-        sub = Subscriber(self, subsystem, self._log(subsystem))
+    def subscribe(self, subsystem: str | None = None, private_ok: bool = True) -> Subscriber:
+        """A reader from now on; `private_ok` False: one that may not read the private
+        subsystems' files, so it never gets their private events either (red team K13:
+        `report` events with their titles reached users outside the mount's group)."""
+        sub = Subscriber(self, subsystem, self._log(subsystem), private_ok)
         if self.closed:
             sub.closed = True
         self._subscribers.add(sub)
@@ -203,8 +225,10 @@ class EventBus:
     def subscriber_count(self) -> int:
         return len(self._subscribers)
 
-    def publish(self, subsystem: str | None, event: str, **fields: object) -> dict:
-        """Append one event to the global log and its subsystem's; never blocks."""
+    def publish(self, subsystem: str | None, event: str, *, private: bool = False,
+                **fields: object) -> dict:
+        """Append one event to the global log and its subsystem's; never blocks.
+        `private`: only readers with `private_ok` get it."""
         self.seq += 1
         record = {"seq": self.seq, "ts": rfc3339(), "subsystem": subsystem, "event": event}
         record.update(fields)
@@ -215,7 +239,7 @@ class EventBus:
         if subsystem is not None:
             logs.append(self._log(subsystem))
         for log in logs:
-            log.append(self.seq, line)
+            log.append(self.seq, line, private)
             log.wake()
         return record
 

@@ -484,7 +484,8 @@ class SubsystemRuntime:
             if isinstance(item.get("similarity"), float):
                 extra = {"similarity": item["similarity"],
                          "nearest": str(item.get("nearest"))[:80]}
-            self.mount.bus.publish(self.name, "report", report=str(item.get("report"))[:80],
+            self.mount.bus.publish(self.name, "report", private=self.subsystem.private,
+                                      report=str(item.get("report"))[:80],
                                       kind=kind, title=str(item.get("title", ""))[:300],
                                       status=str(item.get("status", "new"))[:16],
                                       count=int(item.get("count") or 0), **extra)

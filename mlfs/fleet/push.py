@@ -148,9 +148,19 @@ def with_host_columns(table: pa.Table, host: dict[str, str]) -> pa.Table:
     return table
 
 
+def shipped_table(table: pa.Table, host: dict[str, str], private: bool) -> pa.Table:
+    """A portion as it leaves the host: with the host columns, and for a private subsystem
+    (the kernel log) its text masked by allow-list (`private_rows`) and the host known by
+    its id only (a host name names a person's laptop as often as a server)."""
+    if private:
+        table = private_rows(table)
+        host = {**host, "host_name": host["host_id"]}
+    return with_host_columns(table, host)
+
+
 def private_rows(table: pa.Table) -> pa.Table:
-    """`table` with its text columns masked (`kernel_log.private_masked`): command names,
-    paths under /home and addresses never leave the host."""
+    """`table` with its text columns masked (`kernel_log.private_masked`, an allow-list):
+    only the kernel's own words, symbols and typed placeholders leave the host."""
     from mlfs.kernel_log import private_masked
 
     for name in PRIVATE_COLUMNS:
@@ -350,10 +360,9 @@ class Pusher:
                       source.key(), number)
             rows = None
         else:
-            if self._private(source.subsystem):
-                table = private_rows(table)
             buffer = io.BytesIO()
-            pq.write_table(with_host_columns(table, self.host), buffer)
+            pq.write_table(shipped_table(table, self.host, self._private(source.subsystem)),
+                           buffer)
             self.store.put(source.object_path(self.host["host_id"], number), buffer.getvalue())
             rows = table.num_rows
             add(self.cursor.ranges.setdefault(source.key(), []), number)

@@ -334,6 +334,22 @@ class Operations(pyfuse3.Operations):
         self._handles[fh] = handle
         return fh
 
+    def _reads_private(self, ctx) -> bool:
+        """Whether the caller may read private (0440, group `self.gid`) files: root, or a
+        member of the mount's group (its primary or a supplementary group)."""
+        if ctx.uid == 0 or (self.gid != 0 and ctx.gid == self.gid):
+            return True
+        if self.gid == 0:
+            return False
+        try:
+            with open(f"/proc/{ctx.pid}/status") as fh:
+                for line in fh:
+                    if line.startswith("Groups:"):
+                        return str(self.gid) in line.split()[1:]
+        except OSError:
+            pass
+        return False
+
     @_guard
     async def open(self, inode, flags, ctx):
         node = self._node(inode)
@@ -362,7 +378,8 @@ class Operations(pyfuse3.Operations):
             self._charge(self.exchange.readers.open_stream, ctx.uid)
             handle = Handle(node, pid=ctx.pid, uid=ctx.uid,
                             nonblock=bool(flags & os.O_NONBLOCK))
-            handle.subscriber = self.exchange.bus.subscribe(node.subsystem)
+            handle.subscriber = self.exchange.bus.subscribe(
+                node.subsystem, private_ok=self._reads_private(ctx))
             fh = self._new_handle(handle)
             return pyfuse3.FileInfo(fh=fh, direct_io=True, keep_cache=False)
         assert isinstance(node, Attr)

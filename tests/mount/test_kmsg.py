@@ -3,8 +3,10 @@ real block errors from a loop device over a full tmpfs, come out as rows and rep
 
 from __future__ import annotations
 
+import grp
 import json
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -244,3 +246,93 @@ def test_a_kernel_log_that_cannot_be_read_is_one_line_and_exit_2(mount_root):
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "/nonexistent/kmsg does not exist" in done.stderr
     assert not os.path.ismount(mount_root / "mnt")
+
+
+def test_a_report_whose_lines_span_ticks_is_made_and_no_record_is_dropped(kmsg_mount):
+    """A BUG header, a 0.5 s pause (five ticks of 0.1 s), then its RIP line: one report
+    named by the RIP line, and every record a row.  Before, the idle tick raised
+    IndexError in `_close_block`: no report, the tick's records dropped (red team K7)."""
+    token = os.urandom(4).hex()
+    sub = kmsg_mount.mountpoint / "linux.kmsg"
+    lines = ["BUG: unable to handle page fault for address: ffffffffc0001234",
+             f"RIP: 0010:kmsg_split_{token}+0x1a/0x30", "---[ end trace 0000000000000000 ]---"]
+    inject(f"random: before the split report {token}")
+    inject(lines[0])
+
+    def header_is_a_row() -> bool:  # so the rest comes in a later tick, after idle ones
+        got = sorted(rows(kmsg_mount), key=lambda r: r["seq"])
+        before = [r["seq"] for r in got if token in r["message"]]
+        return bool(before) and any(r["message"] == lines[0] and r["seq"] > before[0]
+                                    for r in got)
+    wait_for(header_is_a_row, what="the header as a row")
+    time.sleep(0.5)
+    for line in lines[1:]:
+        inject(line)
+    inject(f"random: after the split report {token}")
+    title = f"BUG: unable to handle kernel paging request in kmsg_split_{token}"
+    wait_for(lambda: any(p.read_text().startswith(f"title: {title}\n")
+                         for p in (sub / "reports").iterdir()), what="the split report")
+    wait_for(lambda: any(r["message"] == f"random: after the split report {token}"
+                         for r in rows(kmsg_mount)), what="the record after it")
+    got = [r for r in rows(kmsg_mount) if r["message"] in lines and r["facility"] == 1]
+    header = max(r["seq"] for r in got if r["message"] == lines[0])
+    ours = sorted((r for r in got if r["seq"] >= header), key=lambda r: r["seq"])
+    assert [r["message"] for r in ours] == lines
+    assert {r["block"] for r in ours} == {header}
+    info = json.loads((sub / "info").read_text())
+    assert info["records_lost"] == 0
+
+
+def test_a_hung_task_report_with_no_end_marker_is_made_after_a_quiet_interval(kmsg_mount):
+    token = os.urandom(4).hex()
+    sub = kmsg_mount.mountpoint / "linux.kmsg"
+    inject(f"INFO: task kw{token}:123 blocked for more than 120 seconds.")
+    inject("Call Trace:")
+    inject(f" hung_probe_{token}+0x10/0x20")
+    title = f"INFO: task hung in hung_probe_{token}"
+    wait_for(lambda: any(p.read_text().startswith(f"title: {title}\n")
+                         for p in (sub / "reports").iterdir()),
+             what="the hung-task report, closed by the quiet interval")
+
+
+def test_a_non_member_reads_no_report_event_a_member_does(mount_root):
+    """`events` files are 0444, the reports 0440: a report event carries the report's
+    title, so it reaches root and the group only (red team K13)."""
+    if not os.access("/dev/kmsg", os.R_OK | os.W_OK):
+        pytest.skip("/dev/kmsg needs root")
+    if shutil.which("setpriv") is None:
+        pytest.skip("setpriv (util-linux) is needed to act as another user")
+    config = KMSG_CONFIG.replace("allow_other = true\n",
+                                 'allow_other = true\ngroup = "nogroup"\n')
+    mount = Mount(mount_root, config)
+    mount.start()
+    outsider = member = None
+    try:
+        events = mount.mountpoint / "linux.kmsg" / "events"
+        token = os.urandom(4).hex()
+        outsider = subprocess.Popen(
+            ["setpriv", "--reuid=65534", "--regid=12345", "--clear-groups",
+             "cat", str(events)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        member = subprocess.Popen(
+            ["setpriv", "--reuid=65534", f"--regid={grp.getgrnam('nogroup').gr_gid}",
+             "--clear-groups", "cat", str(events)], stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE)
+        time.sleep(0.5)  # both opened (a reader starts at "now")
+        with EventStream(events) as stream:
+            inject(f"leak{token}[4242]: segfault at 0 ip 0000000000401000 sp "
+                   "00007ffc00000000 error 4 in a.out[400000+1000]")
+            assert stream.wait_for(lambda e: e["event"] == "report" and token in e["title"],
+                                   timeout=20) is not None
+        time.sleep(1.0)  # the member's read returns the same event
+        for proc in (outsider, member):
+            proc.send_signal(signal.SIGTERM)
+        seen_outside = outsider.communicate(timeout=20)[0].decode()
+        seen_member = member.communicate(timeout=20)[0].decode()
+        assert token in seen_member
+        assert token not in seen_outside and '"report"' not in seen_outside
+    finally:
+        for proc in (outsider, member):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=20)
+        mount.kill(signal.SIGTERM)

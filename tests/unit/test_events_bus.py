@@ -187,3 +187,21 @@ def test_a_cancelled_wait_is_not_run_and_unread_readers_cost_the_producer_nothin
         "one global and one subsystem log of 100 lines, whatever the number of readers"
     assert all(sub.lost == 400 for sub in idle)
     assert drain(idle[0])[0]["lost"] == 400
+
+
+def test_private_events_reach_only_readers_allowed_to_read_private_files():
+    """A `report` event of linux.kmsg carries the report's title: it goes to the readers
+    that may read the reports (root, the mount's group), and no other reader sees a trace
+    of it, not even a wake-up (red team K13)."""
+    bus = EventBus(capacity=8)
+    member = bus.subscribe("linux.kmsg")
+    outsider = bus.subscribe("linux.kmsg", private_ok=False)
+    outsider_all = bus.subscribe(None, private_ok=False)
+    bus.publish("linux.kmsg", "report", private=True, title="segfault in alicejob")
+    assert not outsider.has_data() and not outsider_all.has_data()
+    assert outsider.take(4096) == b"" and outsider_all.take(4096) == b""
+    bus.publish("linux.kmsg", "tick", tick=1)
+    assert b"alicejob" in member.take(4096)
+    for sub in (outsider, outsider_all):
+        lines = sub.take(4096).splitlines()
+        assert [json.loads(line)["event"] for line in lines] == ["tick"]

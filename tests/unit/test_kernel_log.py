@@ -1,17 +1,22 @@
 """The kernel log's rules: records parsed, kinds, devices and titles from the kernel's formats."""
 
+import random
+import string
 from pathlib import Path
 
 import pytest
 
 from mlfs.kernel_log import (
+    BUDGETS,
     DUPLICATE_SIMILARITY,
+    MAX_ALIASES,
     MAX_REPORTS,
     Blocks,
     Reports,
     classify,
     mask,
     parse_record,
+    printable,
     private_masked,
     signature_id,
 )
@@ -57,17 +62,85 @@ def test_titles_mask_what_varies_between_machines():
         classify("I/O error, dev loop12, sector 99 op 0x1:(WRITE)").signature
 
 
-def test_reports_are_bounded_and_repeats_rate_limited():
+def test_reports_are_counted_and_repeats_rate_limited():
     reports = Reports("6.1.0", "host")
     report, status = reports.seen("warning", "WARNING in f", ["WARNING: ..."], 100.0)
     assert status == "new" and report.id == signature_id("warning", "WARNING in f")
     assert reports.seen("warning", "WARNING in f", [], 110.0)[1] == "quiet"
     assert reports.seen("warning", "WARNING in f", [], 1000.0)[1] == "repeat"
     assert report.count == 3 and report.first_seen == 100.0 and report.last_seen == 1000.0
-    for i in range(MAX_REPORTS + 10):
-        reports.seen("segfault", f"segfault in cmd{i}", [], 1.0)
-    assert len(reports.by_id) == MAX_REPORTS and reports.overflow == 11
     assert reports.seen("other", "random: crng init done", [], 1.0) == (None, "quiet")
+
+
+def test_no_number_of_user_triggered_reports_evicts_or_blocks_a_kernel_report():
+    """600 `segfault in junkNNNN` (any user, red team K12) once filled every slot: the
+    kernel's oops after them was neither stored nor announced."""
+    reports = Reports("6.1.0", "host")
+    oops, _ = reports.seen("oops", "BUG: kernel NULL pointer dereference in f", [], 1.0)
+    for i in range(600):
+        reports.seen("segfault", f"segfault in junk{i}", [], 2.0 + i)
+    assert oops.id in reports.by_id
+    later, status = reports.seen("bug", "BUG: unable to handle page fault in rt3_real",
+                                 [], 700.0)
+    assert status == "new" and later.id in reports.by_id
+    user = [r for r in reports.by_id.values() if r.kind == "segfault"]
+    assert len(user) == BUDGETS["user"] and reports.evicted["user"] == 600 - BUDGETS["user"]
+    # the least recent gave way: the newest segfaults are the ones kept
+    assert {r.title for r in user} == {f"segfault in junk{i}"
+                                       for i in range(600 - BUDGETS["user"], 600)}
+    assert len(reports.by_id) <= MAX_REPORTS
+
+
+def test_a_full_kernel_budget_evicts_its_least_recent_report_and_counts_it():
+    reports = Reports("6.1.0", "host")
+    kept = []
+    i = 0
+    while len(reports.by_id) < BUDGETS["kernel"]:
+        report, status = reports.seen("warning", f"WARNING in fn_{i}_{i * 7919}", [],
+                                      float(i))
+        kept += [report.id] if status == "new" else []
+        i += 1
+    first, second = kept[:2]
+    reports.seen("warning", reports.by_id[first].title, [], 1e6)  # now the most recent
+    _, status = reports.seen("oops", "BUG: kernel NULL pointer dereference in g", [], 2e6)
+    assert status == "new"
+    assert first in reports.by_id and second not in reports.by_id
+    assert reports.evicted == {"kernel": 1, "user": 0}
+    # user space writing a WARNING into /dev/kmsg (facility user) spends the user budget
+    fake, _ = reports.seen("warning", "WARNING in written_by_root", [], 3e6, origin="user")
+    assert fake.budget == "user" and reports.evicted["kernel"] == 1
+
+
+def test_a_storm_of_similar_titles_keeps_aliases_and_the_index_bounded():
+    """20,000 distinct titles once gave 20,000 aliases and a TF-IDF refit per title (red
+    team K11); the cost per title is bounded by the reports kept (tests/bench/kmsg_storm.py
+    measures the time on a mount)."""
+    reports = Reports("6.1.0", "host")
+    rng = random.Random(7)
+    for i in range(20_000):
+        word = "".join(rng.choices(string.ascii_lowercase, k=6))
+        reports.seen("bug", f"BUG: alpha bravo charlie delta echo {word}", [], float(i))
+    assert len(reports.aliases) <= MAX_ALIASES
+    assert len(reports.by_id) <= MAX_REPORTS
+    assert sum(len(s) for s in reports.similar.values()) <= MAX_REPORTS
+    assert sum(r.count for r in reports.by_id.values()) == 20_000
+
+
+def test_the_kernels_escaped_bytes_are_utf8_and_controls_never_reach_a_title():
+    """The kernel escapes each byte >= 0x80 as \\xNN (red team K3: é came back as Ã©) and
+    each control byte (K2: a comm with ESC sequences set the title of the terminal
+    running `mlfs reports`)."""
+    record = parse_record(b"4,1,2,-;WARNING: bad utf8 \\xff\\xfe valid \\xc3\\xa9 end")
+    assert record.message == "WARNING: bad utf8 \\xff\\xfe valid \u00e9 end"
+    record = parse_record(b"4,2,3,-;\\x1b]0;PWNED\\x07\\x1b[2Jred[77]: segfault at 0 ip 1"
+                          b" sp 2 error 4")
+    assert record.message.startswith("\x1b]0;PWNED\x07")  # the record is the kernel's
+    report, _ = Reports("6.1.0", "host").seen("segfault", classify(record.message).signature,
+                                              [record.message], 1.0)
+    assert not any(ord(c) < 0x20 or 0x7f <= ord(c) < 0xa0 for c in report.title)
+    assert "\\x1b]0;PWNED\\x07" in report.title
+    assert "\x1b" not in report.text() and "\x07" not in report.text()
+    assert printable("a\u202eb\tc") == "a\\u202eb\\x09c"
 
 
 def test_a_title_that_differs_only_in_noise_joins_the_known_report():
@@ -89,6 +162,19 @@ def test_a_title_that_differs_only_in_noise_joins_the_known_report():
 
 def test_what_ships_beyond_the_host_masks_users():
     assert private_masked("mysqld[1234]: segfault at 0 ip 00007f1234567890 in /home/alice/x") \
-        == "COMM: segfault at 0 ip ADDR in /home/USER/x"
+        == "COMM[PID]: segfault at 0 ip ADDR in PATH"
     assert private_masked("segfault in mysqld") == "segfault in COMM"
     assert "alice" not in private_masked("Out of memory: Killed process 42 (alice-job)")
+
+
+def test_mlfs_reports_prints_no_terminal_control_sequence():
+    """`mlfs reports` prints titles and examples (red team K2): escaped, as dmesg does."""
+    from mlfs.kernel_reports import render_html, render_text
+
+    title = "segfault in \x1b]0;PWNED-TITLE\x07\x1b[2J\x1b[31mred"
+    item = {"hosts": 1, "count": 2, "kind": "segfault", "title": title,
+            "example": "\x1b[2Jx", "first_seen": "", "last_seen": ""}
+    for out in (render_text([item]), render_html([item], "reports")):
+        assert "\x1b" not in out and "\x07" not in out
+        assert "\\x1b]0;PWNED-TITLE\\x07" in out
+    assert "\x1b" not in private_masked(title)
