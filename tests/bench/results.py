@@ -783,17 +783,17 @@ def from_root(target: str) -> str:
 
 
 def headline(row: Row, page: str) -> str:
+    """One bullet: the row's figures (its ratios where it has them), its command, its page."""
     name = row.experiment.split(" (", 1)[0]
     if row.vs_default != NONE:
         said = (f"{row.vs_default} the default, {row.vs_best} the best static value "
                 f"(equal work per phase; {row.runs.split(';')[0]})")
         if name == "learning loop":
-            said = row.result.split(";")[0] + f", {said}"
+            said = row.result.split(" (", 1)[0] + f" (median), {said}"
     else:
         said = re.sub(r" \(\[[^]]*\]\([^)]*\)\)", "", row.result)  # its raw file's link
     said = re.sub(r"\]\(([^)]+)\)", lambda m: f"]({from_root(m.group(1))})", said)
-    item = (f"- **{name}**: {said}. {row.command} "
-            f"([details]({from_root(page)}), [all results]({INDEX}))")
+    item = f"- **{name}**: {said}. {row.command} ([details]({from_root(page)}))"
     return textwrap.fill(item, 100, subsequent_indent="  ", break_long_words=False,
                          break_on_hyphens=False)
 
