@@ -66,12 +66,42 @@ def test_docs_hold_no_raw_output_and_stay_small() -> None:
     assert all(p.suffix == ".md" for p in (docs / "results").rglob("*") if p.is_file())
 
 
-def test_every_raw_output_named_by_a_results_page_link_is_archived() -> None:
+def test_every_link_of_the_results_and_subsystem_pages_resolves() -> None:
+    """A raw output a page links is its archive in bench-results/; every other link is a
+    file of the repository (tests/test_packaging.py checks docs/*.md the same way)."""
     import re
 
-    for page in (results.ROOT / results.PAGES).glob("*.md"):
-        for target in re.findall(r"\]\((\.\./\.\./bench-results/[^)#]+)\)", page.read_text()):
-            assert (page.parent / target).resolve().is_file(), (page.name, target)
+    pages = [*(results.ROOT / results.PAGES).glob("*.md"),
+             *(results.ROOT / "docs/subsystems").glob("*.md"),
+             results.ROOT / results.LAB / "README.md"]
+    assert len(pages) > 10
+    for page in pages:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+            if target.startswith(("http:", "https:", "#")):
+                continue
+            resolved = (page.parent / target.split("#")[0]).resolve()
+            assert resolved.is_relative_to(results.ROOT) and resolved.exists(), \
+                (page.name, target)
+
+
+def test_every_built_in_backend_has_its_page_linked_from_readme() -> None:
+    import importlib
+    import tomllib
+
+    project = tomllib.loads((results.ROOT / "pyproject.toml").read_text())["project"]
+    names = project["entry-points"]["mlfs.backends"]
+    readme = (results.ROOT / "README.md").read_text()
+    for name in names:
+        page = results.ROOT / "docs/subsystems" / f"{name}.md"
+        assert page.is_file(), name
+        assert f"](docs/subsystems/{name}.md)" in readme, name
+        text = page.read_text()
+        for section in ("## What it reads", "## What it sets", "## Settings", "## Rights",
+                        "## How to use it"):
+            assert section in text, (name, section)
+        module = importlib.import_module(names[name])
+        for key in getattr(module, "SETTINGS", {}):  # every setting the backend checks
+            assert f"| `{key}` |" in text, (name, key)
 
 
 def test_dirty_runs_are_rescored_by_the_one_rule_from_their_per_phase_ratios() -> None:
