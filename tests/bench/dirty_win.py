@@ -15,7 +15,7 @@ The model sees one feature, the size of the applications' write(2) calls
 README's runs (fio_win.RUN_DEFAULTS: 30 s visits).
 
     .venv/bin/python -m tests.bench.dirty_win --quick       # one run, ~40 minutes
-    .venv/bin/python -m tests.bench.dirty_win --runs 3 --json-dir docs/bench/dirty-win-13
+    .venv/bin/python -m tests.bench.dirty_win --runs 3 --json-dir bench-results/dirty-win-13
 """
 
 import sys

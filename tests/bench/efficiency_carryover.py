@@ -24,9 +24,9 @@ shorter than that gap (mlfs/core/efficiency.py, "Phases shorter than the
 gap").
 
     .venv/bin/python -m tests.bench.efficiency_carryover [--ticks 4000] [--seeds 1 2]
-        [--json docs/bench/efficiency-carryover.json]
+        [--json bench-results/efficiency-carryover.json]
     .venv/bin/python -m tests.bench.efficiency_carryover --lags 5 --modes learning \
-        --phase-ticks 20 40 --learning-share 0.8 --json docs/bench/efficiency-short-phases.json
+        --phase-ticks 20 40 --learning-share 0.8 --json bench-results/efficiency-short-phases.json
 """
 
 from __future__ import annotations

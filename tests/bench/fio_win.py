@@ -48,7 +48,7 @@ the script checks them against the originals at the end of each run (and
 restores them itself if not), detaches the loop device.
 
     .venv/bin/python -m tests.bench.writeback_win --quick        # one run, ~10 min
-    .venv/bin/python -m tests.bench.queue_win --runs 3 --json-dir docs/bench/queue-win
+    .venv/bin/python -m tests.bench.queue_win --runs 3 --json-dir bench-results/queue-win
 """
 
 from __future__ import annotations
@@ -127,13 +127,13 @@ apply = {{dirty_ratio = [2, 80], dirty_background_ratio = [1, 40]}}
 
 
 # the background ratio alone: the checkpoint's gain is early writeback, which a low
-# background ratio gives under any limit (docs/bench/dirty-sweep-capped.md: 1/20 and 1/80
+# background ratio gives under any limit (docs/results/dirty-sweep-capped.md: 1/20 and 1/80
 # as good for it as 1/2), and 8 values can be explored in minutes where the 64 pairs of
-# both ratios could not (docs/bench/dirty-win-3: 40 explorations, none below 4 %).
+# both ratios could not (bench-results/dirty-win-3: 40 explorations, none below 4 %).
 # At most the default 10 %: at or above the dirty_ratio (20 %) the kernel takes half
 # the dirty limit as the background one (mm/page-writeback.c, domain_dirty_limits),
 # so 20, 32 and 40 % are the default's 10 % again, and candidates that are the
-# default in disguise only split the training rows (docs/bench/dirty-win-8, run 202:
+# default in disguise only split the training rows (bench-results/dirty-win-8, run 202:
 # a policy chose 32 % in checkpoint on 14 settled rows)
 DIRTY_BACKGROUND_RANGE = (1, 10)
 CONFIGS["readahead"] = CONFIGS["queue"].replace(
@@ -172,17 +172,17 @@ WIN_KNOBS = {"queue": ("scheduler", "nr_requests"),
 #: checkpoint, 64 KiB in scratch and tempfiles, under every ratio, since the
 #: application chooses it; a second in which fio waits in fdatasync and only other
 #: processes write keeps the last second's size (linux.vm.BULK_MIN_MB_PER_S), where it
-#: read 0.0 and the policy chose 8 % for it (docs/bench/dirty-ratios.md).  The plain
+#: read 0.0 and the policy chose 8 % for it (docs/results/dirty-ratios.md).  The plain
 #: mean (write_kb_per_call) spread 243-990 KiB within checkpoint, diluted by other
 #: processes' small calls while fio waited in fdatasync, and the trees split the
-#: phase there (docs/bench/dirty-win-11).  Every
+#: phase there (bench-results/dirty-win-11).  Every
 #: kernel-side feature follows the knob (the dirty and writeback MB, the pages
 #: dirtied and written back, the device's writes, io pressure), and a row taken
 #: under a held setting carries that setting's effect in them, so the trees explain
-#: the objective by them, not by the knob: with all features (docs/bench/dirty-win-5,
+#: the objective by them, not by the knob: with all features (bench-results/dirty-win-5,
 #: run 1) the policy chose 16 % and 2 % in checkpoint, mlfs x0.91; with the
 #: pages-dirtied rate alone (which a throttled scratch writer brings down to a
-#: checkpoint's) 2-4 %, x0.95 (docs/bench/dirty-win-7)
+#: checkpoint's) 2-4 %, x0.95 (bench-results/dirty-win-7)
 MODEL_FEATURES: dict[str, tuple[str, ...]] = {"dirty": ("bulk_write_kb_per_call",)}
 
 
@@ -300,7 +300,7 @@ class Glue(threading.Thread):
         super().__init__(daemon=True, name="objective-glue")
         #: the rate over this many of fio's reports (`FioStream`): a checkpoint writer's
         #: per-second figure swings 0 to 3500 MiB/s with where the second falls in its
-        #: flush cycle (docs/bench/dirty-win-12/per-second-objective, the training rows)
+        #: flush cycle (bench-results/dirty-win-12/per-second-objective, the training rows)
         self.rate_seconds = rate_seconds
         self.path: Path | None = None
         self.latest: float | None = None
@@ -679,9 +679,9 @@ def report(results: list[dict]) -> str:
 #: per candidate: the options its runs in the README were made with (the defaults)
 #: and what --quick changes of them.  "dirty": 30 s visits in the sweep, the
 #: evaluation and training alike, one sweep round (a 30 s visit is steadier than
-#: two rounds of 8 s: docs/bench/dirty-sweep-30s.md, rounds within 7 % of each
+#: two rounds of 8 s: docs/results/dirty-sweep-30s.md, rounds within 7 % of each
 #: other for every setting but checkpoint's 4 %), 10-tick explorations (two settle
-#: times), 360 s judged; --quick is one such run, ~40 minutes.  With 8 s visits (docs/bench/
+#: times), 360 s judged; --quick is one such run, ~40 minutes.  With 8 s visits (bench-results/
 #: dirty-win-8 to -10) a phase was shorter than the 3k + 1 = 16 ticks a pair of the
 #: efficiency estimate spans, so the estimate could not see it, and a setting held
 #: after a phase change (episodes.Hold, 10 ticks) was a third of the next visit;

@@ -26,7 +26,7 @@ learner's cadence in ticks is that of a real host; below 0.025 s the 5 s policy
 gate would make learning alone look slower in ticks than it is.
 
     .venv/bin/python -m tests.bench.fleet_coldstart --seeds 1 2 3 \\
-        --json docs/bench/fleet-coldstart.json
+        --json bench-results/fleet-coldstart.json
 """
 
 from __future__ import annotations

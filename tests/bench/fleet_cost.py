@@ -10,7 +10,7 @@ store's growth are measured over `--seconds`; the daemon's own CPU time over
 the same window is given for scale.
 
     .venv/bin/python -m tests.bench.fleet_cost --seconds 240 \\
-        --json docs/bench/fleet-cost.json
+        --json bench-results/fleet-cost.json
 """
 
 from __future__ import annotations

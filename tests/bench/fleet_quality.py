@@ -33,7 +33,7 @@ Throughput is the noise-free MB/s of the setting actually applied each tick, ove
 the whole run and over its second half (after the cold start).
 
     .venv/bin/python -m tests.bench.fleet_quality --train-seeds 101 102 103 \\
-        --seeds 1 2 3 4 5 --json docs/bench/fleet-quality.json
+        --seeds 1 2 3 4 5 --json bench-results/fleet-quality.json
 """
 
 from __future__ import annotations

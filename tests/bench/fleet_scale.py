@@ -16,7 +16,7 @@ a worker past 95 % of it); a size that fails under it is reported as such, so
 the largest size that trains with two workers of limit L can be read off.
 
     .venv/bin/python -m tests.bench.fleet_scale --rows 1000000 10000000 \\
-        --json docs/bench/fleet-scale.json
+        --json bench-results/fleet-scale.json
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Issue 13, item 4 per phase: the proxy's judged estimate against the interleaved result.
 
-    python -m tests.bench.judged_phases docs/bench/dirty-win-13
+    python -m tests.bench.judged_phases bench-results/dirty-win-13
 
 For each run<N>.json with its run<N>-all.parquet (every row of the run, kept
 by `fio_win --json-dir`), the judged stretch (the collaboration rows) is

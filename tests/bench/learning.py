@@ -12,7 +12,7 @@ portion every 2 s (40 ticks), which corrects the learner as the worker does on e
 one (`trainers.worker`, `scan_feedback`) and gives its explorations their newest
 features.  (Feedback used to come only with the dataset, every 200 ticks: the
 trainer then steered its explorations by features up to 200 ticks old, often of
-the phase before; docs/bench/learning-34.)
+the phase before; docs/results/learning-34.md.)
 
     .venv/bin/python -m tests.bench.learning --seeds 0 1 2 --ticks 6000
 """

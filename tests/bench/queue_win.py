@@ -5,7 +5,7 @@ loop device's ``scheduler`` and ``nr_requests`` (linux.block) under the fio
 phases ``mixed-rw``, ``seq-read`` and ``db-commit`` (tests/bench/workloads/).
 
     .venv/bin/python -m tests.bench.queue_win --quick
-    .venv/bin/python -m tests.bench.queue_win --runs 3 --json-dir docs/bench/queue-win
+    .venv/bin/python -m tests.bench.queue_win --runs 3 --json-dir bench-results/queue-win
 """
 
 import sys

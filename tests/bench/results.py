@@ -1,34 +1,39 @@
-"""README's "## Measured" table, rebuilt from the committed raw outputs in docs/bench/.
+"""The results, rebuilt from the raw outputs archived in bench-results/.
 
-Every figure in the table comes from a JSON file that git tracks under
-docs/bench/ (an untracked file is not read); a row whose raw output is not
-committed says so instead of quoting a figure.  The tuning experiments are
-scored by the one rule (`scoring.overall`: equal work per phase, the
-harmonic mean of the per-phase ratios to the interleaved default), whatever
-rule their run printed: the dirty-ratio, writeback and queue runs' JSON keep
-each condition's per-phase ratios (``ratio`` -> condition -> phase), and
-their stored "overall" (before issue 33 a time-weighted arithmetic mean) is
-not read.
+The raw outputs of every experiment (JSON, logs, Parquet, scripts) are kept out of docs/, one
+xz-compressed tar archive per experiment in bench-results/ (bench-results/README.md); every
+figure of the full table in docs/results/README.md and of README's headlines comes from an
+archive git tracks (an untracked one is not read); a row whose raw output is not archived
+says so instead of quoting a figure.  The tuning experiments are scored by the one rule
+(`scoring.overall`: equal work per phase, the harmonic mean of the per-phase ratios to the
+interleaved default), whatever rule their run printed: the dirty-ratio, writeback and queue
+runs' JSON keep each condition's per-phase ratios (``ratio`` -> condition -> phase), and
+their stored "overall" (before issue 33 a time-weighted arithmetic mean) is not read.
 
-Per experiment: the ratio to the default and to the best static value where
-it has them (median [min–max] over runs), the share of the oracle's gain
-(`scoring.oracle_share`, per run, median), the worst phase, the number of
-runs (a claim on one run says so), the command and a link to its page.
+Per experiment: the ratio to the default and to the best static value where it has them
+(median [min–max] over runs), the share of the oracle's gain (`scoring.oracle_share`, per
+run, median), the worst phase, the number of runs (a claim on one run says so), the command
+and a link to its page.
 
-    python -m tests.bench.results            # rewrite README.md between the markers
-    python -m tests.bench.results --check    # exit 1 and print a diff if README differs
-    python -m tests.bench.results --print    # the table alone, to stdout
+    python -m tests.bench.results            # rewrite the results page and README's headlines
+    python -m tests.bench.results --check    # exit 1 and print a diff if either differs
+    python -m tests.bench.results --print    # the full table alone, to stdout
+    python -m tests.bench.results --pack /tmp/dirty-win-20   # archive a new run's outputs
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
+import fnmatch
+import io
 import json
 import re
 import statistics
 import subprocess
 import sys
+import tarfile
+import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,11 +41,24 @@ from pathlib import Path
 from tests.bench import scoring
 
 ROOT = Path(__file__).resolve().parents[2]
-BENCH = "docs/bench"
+#: the lab: one compressed archive per experiment, outside docs/ (bench-results/README.md)
+LAB = "bench-results"
+#: the results pages (Markdown only); the index holds the full table
+PAGES = "docs/results"
+INDEX = f"{PAGES}/README.md"
 BEGIN = "<!-- results:begin -->"
 END = "<!-- results:end -->"
+HEAD_BEGIN = "<!-- headlines:begin -->"
+HEAD_END = "<!-- headlines:end -->"
 NONE = "–"
 NO_OUTPUT = "**no committed output**"
+#: loose outputs of one experiment share a prefix (readahead-win-seed1.json and
+#: readahead-win-4a9757a.log are both readahead-win's); a run's folder is its own
+EXPERIMENTS = ("attacks", "bio-capture", "demo-predict", "dirty-sweep", "efficiency",
+               "exchange-full", "failing-predict", "fleet-coldstart", "fleet-cost",
+               "fleet-demo", "fleet-quality", "fleet-scale", "kmsg-dedup", "kmsg-rates",
+               "loading", "parked-readers", "predict-fleet-cold-start", "predict-sim-disks",
+               "queue-sweep", "readahead-win", "records-ingest", "writeback-sweep")
 
 
 @dataclass
@@ -64,47 +82,144 @@ HEADER = ["experiment", "what was measured", "result", "× default", "× best st
           "of the oracle's gain", "worst phase", "runs", "command"]
 
 
-# ---- reading the committed files ----------------------------------------------------------
+# ---- reading the committed archives --------------------------------------------------------
+def experiment_of(member: str) -> str:
+    """The experiment (the archive's name) a raw output belongs to: the prefix in
+    EXPERIMENTS its first path component starts with, else that component itself (a run's
+    folder: `dirty-win-12`)."""
+    top = member.split("/", 1)[0]
+    for name in sorted(EXPERIMENTS, key=len, reverse=True):
+        if top == name or top.startswith((name + "-", name + ".")):
+            return name
+    return top if "/" in member else top.rsplit(".", 1)[0]
+
+
+def archive_of(member: str) -> str:
+    return f"{LAB}/{experiment_of(member)}.tar.xz"
+
+
 class Outputs:
-    """The raw outputs git tracks under docs/bench/ (all of them where git is unavailable)."""
+    """The raw outputs in the archives git tracks under bench-results/ (all of them where
+    git is unavailable; an untracked archive is not read).  A raw output is named by its
+    member path, its path once its archive is unpacked into bench-results/
+    (`learning-34/latest.json`, `readahead-win-seed1.json`)."""
 
     def __init__(self, root: Path = ROOT) -> None:
         self.root = root
+        self._members: dict[str, dict[str, bytes]] = {}
+        self._where: dict[str, str] = {}  # member -> the archive it was found in
         try:
-            listed = subprocess.run(["git", "-C", str(root), "ls-files", "-z", BENCH],
+            listed = subprocess.run(["git", "-C", str(root), "ls-files", "-z", LAB],
                                     capture_output=True, check=True).stdout
             self.tracked: set[str] | None = {p for p in listed.decode().split("\0") if p}
         except (OSError, subprocess.CalledProcessError):
             self.tracked = None
 
+    def archives(self) -> list[str]:
+        found = sorted(str(p.relative_to(self.root))
+                       for p in (self.root / LAB).glob("*.tar.xz"))
+        return [p for p in found if self.tracked is None or p in self.tracked]
+
+    def members(self, archive: str) -> dict[str, bytes]:
+        """An archive's files in the order they were added (oldest first); only JSON and
+        text are read, the rest (Parquet, nested archives) is listed with no content."""
+        if archive not in self._members:
+            got: dict[str, bytes] = {}
+            if archive in self.archives():
+                with tarfile.open(self.root / archive, "r:xz") as tar:
+                    for info in tar:
+                        if not info.isfile():
+                            continue
+                        text = info.name.endswith((".json", ".txt", ".log"))
+                        got[info.name] = tar.extractfile(info).read() if text else b""
+                        self._where.setdefault(info.name, archive)
+            self._members[archive] = got
+        return self._members[archive]
+
+    def _archive(self, rel: str) -> str:
+        """The archive of `rel`: its experiment's, or (found by `glob`) an older archive
+        of many runs (dirty-win-1-11.tar.xz)."""
+        home = archive_of(rel)
+        return home if rel in self.members(home) else self._where.get(rel, home)
+
     def exists(self, rel: str) -> bool:
-        if self.tracked is not None and rel not in self.tracked:
-            return False
-        return (self.root / rel).is_file()
+        return rel in self.members(self._archive(rel))
+
+    def read(self, rel: str) -> str:
+        return self.members(self._archive(rel))[rel].decode()
 
     def json(self, rel: str):
-        return json.loads((self.root / rel).read_text())
+        return json.loads(self.read(rel))
 
     def glob(self, pattern: str) -> list[str]:
-        found = sorted(str(p.relative_to(self.root)) for p in self.root.glob(pattern))
-        return [p for p in found if self.exists(p)]
+        """Members matching `pattern` (fnmatch; `*` stays within one path component)."""
+        depth = pattern.count("/")
+        return sorted({m for a in self.archives() for m in self.members(a)
+                       if m.count("/") == depth and fnmatch.fnmatchcase(m, pattern)})
 
     def newest(self, folder: str, accept: Callable[[object], bool]) -> str | None:
-        """`folder`/latest.json if committed, else the JSON last committed there (git's
-        order, newest first) whose content `accept`s."""
+        """`folder`/latest.json if archived, else the JSON added last to the folder (its
+        archive keeps the order git committed the files it was packed from) that
+        `accept`s."""
         if self.exists(f"{folder}/latest.json"):
             return f"{folder}/latest.json"
-        try:
-            log = subprocess.run(["git", "-C", str(self.root), "log", "--format=",
-                                  "--name-only", "--", folder],
-                                 capture_output=True, check=True, text=True).stdout
-            order = [p for p in log.splitlines() if p.endswith(".json")]
-        except (OSError, subprocess.CalledProcessError):
-            order = sorted(self.glob(f"{folder}/*.json"), reverse=True)
-        for rel in order:
-            if self.exists(rel) and accept(self.json(rel)):
+        order = [m for m in self.members(archive_of(f"{folder}/x"))
+                 if m.startswith(folder + "/") and m.endswith(".json")]
+        for rel in reversed(order):
+            if accept(self.json(rel)):
                 return rel
         return None
+
+
+# ---- packing raw outputs into the lab -----------------------------------------------------
+def _git_order(root: Path, paths: Sequence[Path]) -> dict[Path, int]:
+    """Each file's last commit time (absent if git does not know it)."""
+    try:
+        log = subprocess.run(["git", "-C", str(root), "log", "--format=@%ct", "--name-only",
+                              "--", *map(str, paths)], capture_output=True, check=True,
+                             text=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return {}
+    when, seen = 0, {}
+    for line in log.splitlines():
+        if line.startswith("@"):
+            when = int(line[1:])
+        elif line and (root / line).resolve() not in seen:
+            seen[(root / line).resolve()] = when
+    return seen
+
+
+def pack(sources: Sequence[Path], root: Path = ROOT) -> list[str]:
+    """Add the files under each source (a run's folder or a loose output) to its
+    experiment's archive in bench-results/, after the members already there, which keep
+    their place (the last added is the newest; files git knows go in commit order, new
+    ones last).  Members are named relative to the source's parent; a member already
+    archived is replaced where it stands."""
+    touched: dict[str, list[tuple[str, Path]]] = {}
+    for src in map(Path.resolve, sources):
+        files = sorted(p for p in src.rglob("*") if p.is_file()) if src.is_dir() else [src]
+        for f in files:
+            name = f.relative_to(src.parent).as_posix()
+            touched.setdefault(archive_of(name), []).append((name, f))
+    for archive, new in touched.items():
+        order = _git_order(root, [f for _, f in new])
+        new.sort(key=lambda nf: (order.get(nf[1], 2**62), nf[0]))
+        path = root / archive
+        kept: dict[str, bytes] = {}
+        if path.exists():
+            with tarfile.open(path, "r:xz") as tar:
+                kept = {i.name: tar.extractfile(i).read() for i in tar if i.isfile()}
+        for name, f in new:
+            kept[name] = f.read_bytes()
+        path.parent.mkdir(exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        with tarfile.open(tmp, "w:xz", preset=9) as tar:
+            for name, data in kept.items():
+                info = tarfile.TarInfo(name)
+                info.size, info.mode, info.mtime = len(data), 0o644, 0
+                tar.addfile(info, io.BytesIO(data))
+        tmp.replace(path)
+    return sorted(touched)
 
 
 # ---- formatting ---------------------------------------------------------------------------
@@ -136,13 +251,14 @@ def runs_cell(n: int, unit: str = "run", note: str = "") -> str:
     return text + (f"; {note}" if note else "")
 
 
-def link(title: str, rel: str) -> str:
-    return f"{title} ([{Path(rel).name or rel}]({rel}))"
+def lab(member: str) -> str:
+    """A link from the results pages to the archive that holds `member`."""
+    return f"[{member}](../../{archive_of(member)})"
 
 
 def missing(experiment: str, measured: str, claim: str, command: str) -> Row:
     return Row(experiment, measured, f"{NO_OUTPUT}: the figures once quoted here ({claim}) "
-               "are backed by no file in docs/bench/", runs=NONE, command=command)
+               "are backed by no file in bench-results/", runs=NONE, command=command)
 
 
 # ---- the interleaved fio experiments (fio_win.py: dirty, writeback, queue) -----------------
@@ -167,7 +283,7 @@ def run_name(rel: str) -> str:
 def fio_rows(out: Outputs, folders: Sequence[str]) -> list[tuple[str, dict]]:
     rows = []
     for folder in folders:
-        runs = out.glob(f"{BENCH}/{folder}/run*.json")
+        runs = out.glob(f"{folder}/run*.json")
         runs.sort(key=lambda p: int(Path(p).stem.removeprefix("run")))
         for p in runs:
             data = out.json(p)
@@ -222,7 +338,7 @@ def fio_row(out: Outputs, experiment: str, page: str, measured: str, folders: Se
 
 # ---- the experiments ----------------------------------------------------------------------
 def learning(out: Outputs) -> Row:
-    folder = f"{BENCH}/learning-34"
+    folder = "learning-34"
     rel = out.newest(folder, lambda d: isinstance(d, list) and bool(d)
                      and "second_half" in d[0])
     measured = "sim.readahead, virtual time, second half of each run"
@@ -248,7 +364,7 @@ def learning(out: Outputs) -> Row:
               + ("none below the default" if not below else
                  f"{below} seed{'s' if below > 1 else ''} below the default")
               + f" ({Path(rel).name})")
-    return Row(f"learning loop ([learning-34]({folder}/))",
+    return Row(f"learning loop ([{folder}.md]({folder}.md))",
                f"{measured}, {seeds[0]['ticks']:,} ticks, seeds {ids[0]}–{ids[-1]}", result,
                vs_default=spread(vs_default, "{:.3f}"), vs_best=spread(vs_best, "{:.3f}"),
                oracle_share=percent(share),
@@ -286,7 +402,7 @@ def readahead_scores(data: dict) -> dict:
 
 def newest_readahead_runs(out: Outputs) -> list[str]:
     """readahead-win-<commit>.json: the runs that name the commit they measured."""
-    return sorted(r for r in out.glob(f"{BENCH}/readahead-win-*.json")
+    return sorted(r for r in out.glob("readahead-win-*.json")
                   if re.fullmatch(r"readahead-win-[0-9a-f]{7,40}", Path(r).stem))
 
 
@@ -296,10 +412,10 @@ def readahead(out: Outputs, newest: bool = False) -> Row:
     if newest:
         rels = newest_readahead_runs(out)
     else:
-        rels = [f"{BENCH}/{f}" for f in READAHEAD if out.exists(f"{BENCH}/{f}")]
+        rels = [f for f in READAHEAD if out.exists(f)]
     measured = "a loop device, three phases, application MiB/s"
-    command = ("`python -m tests.bench.readahead_win --json docs/bench/readahead-win-COMMIT"
-               ".json` (as root)" if newest else
+    command = ("`python -m tests.bench.readahead_win --json readahead-win-COMMIT.json` "
+               "(as root)" if newest else
                "`python -m tests.bench.readahead_win` (as root; `--seed 1`, `--seed 2`)")
     if not rels:
         return missing("read-ahead on a real device", measured, "", command)
@@ -309,7 +425,7 @@ def readahead(out: Outputs, newest: bool = False) -> Row:
     result = (f"mlfs {each} the default, equal "
               f"work per phase; best static by sweep {', '.join(best_kb)} KiB; the sweep's "
               f"oracle {spread([s['oracle'] for s in scores])}")
-    return Row("read-ahead on a real device ([history](docs/bench/history.md))", measured,
+    return Row("read-ahead on a real device ([history](history.md))", measured,
                result, vs_default=spread([s["mlfs"] for s in scores]),
                vs_best=spread([s["vs_best"] for s in scores]),
                oracle_share=percent([s["share"] for s in scores]),
@@ -329,12 +445,12 @@ DIRTY_FIRST = 12
 
 def dirty_folders(out: Outputs) -> list[str]:
     numbers = {int(Path(p).parent.name.rsplit("-", 1)[1])
-               for p in out.glob(f"{BENCH}/dirty-win-*/run*.json")}
+               for p in out.glob("dirty-win-*/run*.json")}
     return [f"dirty-win-{n}" for n in sorted(numbers) if n >= DIRTY_FIRST]
 
 
 def dirty(out: Outputs) -> list[Row]:
-    page = "docs/bench/dirty-ratios.md"
+    page = "dirty-ratios.md"
     measured = "checkpoint + tempfiles phases, 30 s visits"
     folders = dirty_folders(out)
     if not folders:
@@ -345,7 +461,7 @@ def dirty(out: Outputs) -> list[Row]:
                     note="each run on the estimate's and trainer's rules of its day",
                     subsets={"the balanced estimate live": ("14-1", "15-1", "15-2")})]
     newest = folders[-1]
-    first = out.glob(f"{BENCH}/{newest}/run*.json")[0]
+    first = out.glob(f"{newest}/run*.json")[0]
     rows.append(fio_row(out, f"dirty ratios, the newest run folder ({newest})", page,
                         measured, [newest],
                         f"`{fio_command('dirty', out.json(first)['args'])}` (as root)"))
@@ -375,7 +491,7 @@ def fio_command(candidate: str, args: dict) -> str:
 
 
 def fleet_coldstart(out: Outputs) -> Row:
-    rel = f"{BENCH}/fleet-coldstart-virtual.json"
+    rel = "fleet-coldstart-virtual.json"
     measured = "a newcomer from a fleet policy vs learning alone"
     command = "`python -m tests.bench.fleet_coldstart`"
     if not out.exists(rel):
@@ -386,13 +502,13 @@ def fleet_coldstart(out: Outputs) -> Row:
     result = (f"{f['median']:,} [{f['range'][0]:,}–{f['range'][1]:,}] vs {a['median']:,} "
               f"[{a['range'][0]:,}–{a['range'][1]:,}] ticks to recommendation (virtual "
               f"time, median; reached {f['reached']} / {a['reached']})")
-    real = f"{BENCH}/fleet-coldstart.json"
+    real = "fleet-coldstart.json"
     if out.exists(real):
         s = out.json(real)["summary"]
         rf, ra = s["fleet"]["ticks_to_recommendation"], s["alone"]["ticks_to_recommendation"]
         result += (f"; on real mounts {rf['median']:,.0f} vs {ra['median']:,.0f} "
                    f"({rf['reached']} seeds)")
-    return Row("fleet cold start ([fleet-coldstart.md](docs/bench/fleet-coldstart.md))",
+    return Row("fleet cold start ([fleet-coldstart.md](fleet-coldstart.md))",
                measured, result, runs=f"{n} seeds", command=command)
 
 
@@ -404,8 +520,8 @@ _FLEET_DEMO = re.compile(r"newcomer vs alone \(seed (?P<seed>\d+)\): ticks to re
 
 def fleet_demo(out: Outputs) -> Row:
     measured, command = "`mlfs demo --fleet 2` on this 2-core machine", "`mlfs demo --fleet 2`"
-    outputs = out.glob(f"{BENCH}/fleet-demo-*.txt")
-    runs = [(rel, _FLEET_DEMO.search((out.root / rel).read_text())) for rel in outputs]
+    outputs = out.glob("fleet-demo-*.txt")
+    runs = [(rel, _FLEET_DEMO.search(out.read(rel))) for rel in outputs]
     runs = [(rel, m) for rel, m in runs if m]
     if not runs:
         return missing("fleet demo", measured,
@@ -414,7 +530,7 @@ def fleet_demo(out: Outputs) -> Row:
     result = "; ".join(
         f"newcomer from the fleet policy in recommendation at tick {m['new']} against "
         f"{m['alone']} learning alone, {m['qn']} against {m['qa']} of the oracle (second "
-        f"half, seed {m['seed']}; [{rel.rsplit('/', 1)[1]}]({rel}))" for rel, m in runs)
+        f"half, seed {m['seed']}; {lab(rel)})" for rel, m in runs)
     return Row("fleet demo", measured, result,
                runs=f"{len(runs)} run{'s' if len(runs) > 1 else ' only'}", command=command)
 
@@ -424,7 +540,7 @@ def alarms(n: int) -> str:
 
 
 def predict(out: Outputs) -> Row:
-    rel = f"{BENCH}/predict-sim-disks.json"
+    rel = "predict-sim-disks.json"
     command = "`python -m tests.bench.predict`"
     if not out.exists(rel):
         return missing("drive failure prediction", "sim.disks", "", command)
@@ -451,13 +567,13 @@ def predict(out: Outputs) -> Row:
                    f"{'met' if of_offline >= 0.95 else '**not met**'})")
     if low:
         result += f"; at 1e-5 false alarms per drive-day {low['recall']:.2f}"
-    return Row("drive failure prediction ([predictors.md](docs/predictors.md))",
+    return Row("drive failure prediction ([predictors.md](../predictors.md))",
                f"sim.disks, {smart['events']} failures on {len(d['seeds'])} unseen seeds",
                result, runs=f"**one run** ({len(d['seeds'])} seeds)", command=command)
 
 
 def failing_predict(out: Outputs) -> Row:
-    rel = f"{BENCH}/failing-predict.json"
+    rel = "failing-predict.json"
     command = "`python -m tests.bench.failing_predict --train 6 --test 4` (as root)"
     measured = "the project's failing disk under a loop device, schedules the training never saw"
     if not out.exists(rel):
@@ -472,12 +588,12 @@ def failing_predict(out: Outputs) -> Row:
     result = (f"learned: {said('model')}; alert after the first error (the default rule): "
               f"{said('first_error')}; a rate threshold: {said('rate')}")
     return Row("failure prediction on a real failing disk "
-               "([predictors.md](docs/predictors.md))", measured, result,
+               "([predictors.md](../predictors.md))", measured, result,
                runs=f"{len(d['runs'])} test runs (6 training)", command=command)
 
 
 def kmsg_dedup(out: Outputs) -> Row:
-    rel = f"{BENCH}/kmsg-dedup.json"
+    rel = "kmsg-dedup.json"
     command = "`python -m tests.bench.kmsg_dedup`"
     if not out.exists(rel):
         return missing("crash-report duplicates", "syzkaller's logs", "", command)
@@ -485,13 +601,13 @@ def kmsg_dedup(out: Outputs) -> Row:
     m = d["mlfs"]
     result = (f"F1 {m['f1']:.3f} (signature or TF-IDF ≥ {m['threshold']:g}) vs "
               f"{d['signature']['f1']:.3f} (signatures alone)")
-    return Row("crash-report duplicates ([kmsg-dedup.txt](docs/bench/kmsg-dedup.txt))",
+    return Row(f"crash-report duplicates ({lab(rel)})",
                f"syzkaller's {d['logs']} titled logs, {d['pairs']:,} pairs", result,
                runs="**one run** (deterministic)", command=command)
 
 
 def bio_capture(out: Outputs) -> Row:
-    rel = f"{BENCH}/bio-capture.json"
+    rel = "bio-capture.json"
     command = "`python -m tests.bench.bio_capture` (as root)"
     if not out.exists(rel):
         return missing("per-request capture", "`linux.bio`", "", command)
@@ -511,14 +627,14 @@ def bio_capture(out: Outputs) -> Row:
               f"target: near bpftrace's ~6 % cost{'' if near else ', **not met**'}); "
               f"{min(cpu):.2f}–"
               f"{max(cpu):.2f} of a core per 100k requests/s")
-    return Row("per-request capture ([bio-capture.json](docs/bench/bio-capture.json))",
+    return Row(f"per-request capture ({lab(rel)})",
                f"`linux.bio` under fio randread 4k, iodepth 32, "
                f"{on[0]['total_ios'] // 1000}k requests, interleaved", result,
                runs=runs_cell(len(on)), command=command)
 
 
 def kmsg_rates(out: Outputs) -> Row:
-    rel = f"{BENCH}/kmsg-rates.json"
+    rel = "kmsg-rates.json"
     command = "`python -m tests.bench.kmsg` (as root)"
     if not out.exists(rel):
         return missing("kernel log rates", "/dev/kmsg", "", command)
@@ -528,12 +644,12 @@ def kmsg_rates(out: Outputs) -> Row:
               f"{b['writer_per_s'] / 1000:.1f}k/s: {b['lost']:,} of {b['records']:,} lost to "
               f"ring overrun, as lost rows); {p['records_per_s']:,} records/s cost "
               f"{p['daemon_cpu_share_of_one_core']:.0%} of a core".replace("%", " %"))
-    return Row("kernel log rates ([kmsg-rates.json](docs/bench/kmsg-rates.json))",
+    return Row(f"kernel log rates ({lab(rel)})",
                "/dev/kmsg into Parquet", result, runs="**one run**", command=command)
 
 
 def records_ingest(out: Outputs) -> Row:
-    rel = f"{BENCH}/records-ingest.json"
+    rel = "records-ingest.json"
     command = "`python -m tests.bench.records_ingest`"
     if not out.exists(rel):
         return missing("record ingest", "sim.disks batches", "", command)
@@ -544,14 +660,14 @@ def records_ingest(out: Outputs) -> Row:
               f"); {spread(ratios)} pyarrow alone (target ≥ 0.5× "
               + ("met" if statistics.median(ratios) >= 0.5 else "**not met**: the "
                  "write-ahead file writes every batch once more") + ")")
-    return Row("record ingest ([records-ingest.json](docs/bench/records-ingest.json))",
+    return Row("record ingest ([records-ingest.md](records-ingest.md))",
                "sim.disks batches through a record store (write-ahead IPC, seal) vs "
                "`pyarrow.parquet.write_table` alone", result, runs=runs_cell(len(ratios)),
                command=command)
 
 
 def exchange(out: Outputs) -> Row:
-    rel = f"{BENCH}/exchange-full.json"
+    rel = "exchange-full.json"
     command = "`mlfs bench`"
     if not out.exists(rel):
         return missing("what the exchange costs", "`mlfs bench`", "", command)
@@ -561,13 +677,13 @@ def exchange(out: Outputs) -> Row:
     p99 = rows["control_write"]["measured"]["p99 ms"]["median"]
     result = (f"ingest {ingest:.2f}× pyarrow; first read through the mount {first:.2f}×; "
               f"control round trip p99 {p99:.2f} ms")
-    return Row("what the exchange costs ([exchange-full.md](docs/bench/exchange-full.md))",
+    return Row("what the exchange costs ([exchange-full.md](exchange-full.md))",
                "`mlfs bench` against references in the same run", result,
                runs="**one run** (5 repetitions per figure)", command=command)
 
 
 def writeback(out: Outputs) -> Row:
-    return fio_row(out, "writeback ratios on fio workloads", "docs/bench/dirty-ratios.md",
+    return fio_row(out, "writeback ratios on fio workloads", "dirty-ratios.md",
                    "stream-write + db-commit + read-under-write, 5 s visits",
                    ["writeback-win-2"], "`python -m tests.bench.writeback_win --runs 3 "
                    "--train-seconds 240 --train-phase 15` (as root)")
@@ -576,8 +692,8 @@ def writeback(out: Outputs) -> Row:
 def queue(out: Outputs) -> Row:
     """queue-win (the first run) and each queue-win-N folder since."""
     later = {int(Path(p).parent.name.rsplit("-", 1)[1])
-             for p in out.glob(f"{BENCH}/queue-win-*/run*.json")}
-    return fio_row(out, "block queue on fio workloads", "docs/bench/history.md",
+             for p in out.glob("queue-win-*/run*.json")}
+    return fio_row(out, "block queue on fio workloads", "history.md",
                    "scheduler, nr_requests; mixed-rw + seq-read + db-commit, 4 s visits",
                    ["queue-win", *(f"queue-win-{n}" for n in sorted(later))],
                    "`python -m tests.bench.queue_win --quick` (as root)")
@@ -607,9 +723,9 @@ FAMILIES = (
 
 def families(out: Outputs) -> list[Row]:
     """A row per family whose folder is committed."""
-    return [fio_row(out, experiment, "docs/bench/families.md", measured, [folder], command)
+    return [fio_row(out, experiment, "families.md", measured, [folder], command)
             for folder, experiment, measured, command in FAMILIES
-            if out.glob(f"{BENCH}/{folder}/run*.json")]
+            if out.glob(f"{folder}/run*.json")]
 
 
 def rows(out: Outputs) -> list[Row]:
@@ -621,16 +737,31 @@ def rows(out: Outputs) -> list[Row]:
             bio_capture(out), kmsg_rates(out), records_ingest(out), exchange(out)]
 
 
-# ---- the table and README -----------------------------------------------------------------
+# ---- the results page and README's headlines ----------------------------------------------
+#: README's headlines: (the row's experiment as the table names it, the page that explains
+#: it); at most eight, the rest is on the results page
+HEADLINES = (
+    ("learning loop", "learning-34.md"),
+    ("read-ahead on a real device", "history.md"),
+    ("dirty ratios on fio workloads", "dirty-ratios.md"),
+    ("block queue on fio workloads", "history.md"),
+    ("fleet cold start", "fleet-coldstart.md"),
+    ("drive failure prediction", "predict-sim-disks.md"),
+    ("failure prediction on a real failing disk", "../predictors.md"),
+    ("crash-report duplicates", "../kernel-log.md"),
+)
+
+
 def table(out: Outputs | None = None) -> str:
+    """The full table, for docs/results/README.md (links relative to docs/results/)."""
     out = out or Outputs()
     lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
     lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r.cells()) + " |"
               for r in rows(out)]
     return "\n".join([
         BEGIN,
-        "<!-- generated by `python -m tests.bench.results` from the JSON files git tracks "
-        "in docs/bench/; do not edit by hand -->",
+        "<!-- generated by `python -m tests.bench.results` from the archives git tracks "
+        "in bench-results/; do not edit by hand -->",
         "",
         "Ratios are median [min–max] over runs; \"× default\" and \"× best static\" score "
         "a job of equal work per phase (the harmonic mean of the per-phase ratios, "
@@ -642,34 +773,91 @@ def table(out: Outputs | None = None) -> str:
         END])
 
 
-def render(readme: str, generated: str) -> str:
-    if BEGIN not in readme or END not in readme:
-        raise ValueError(f"README.md lacks the markers {BEGIN} / {END}")
-    head, rest = readme.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
+def from_root(target: str) -> str:
+    """A link written from docs/results/, as README (at the top) writes it."""
+    if target.startswith("../../"):
+        return target[6:]
+    if target.startswith("../"):
+        return "docs/" + target[3:]
+    return f"{PAGES}/{target}"
+
+
+def headline(row: Row, page: str) -> str:
+    """One bullet: the row's figures (its ratios where it has them), its command, its page."""
+    name = row.experiment.split(" (", 1)[0]
+    if row.vs_default != NONE:
+        said = (f"{row.vs_default} the default, {row.vs_best} the best static value "
+                f"(equal work per phase; {row.runs.split(';')[0]})")
+        if name == "learning loop":
+            said = row.result.split(" (", 1)[0] + f" (median), {said}"
+    else:
+        said = re.sub(r" \(\[[^]]*\]\([^)]*\)\)", "", row.result)  # its raw file's link
+    said = re.sub(r"\]\(([^)]+)\)", lambda m: f"]({from_root(m.group(1))})", said)
+    item = f"- **{name}**: {said}. {row.command} ([details]({from_root(page)}))"
+    return textwrap.fill(item, 100, subsequent_indent="  ", break_long_words=False,
+                         break_on_hyphens=False)
+
+
+def headlines(out: Outputs | None = None) -> str:
+    out = out or Outputs()
+    by_name = {r.experiment.split(" (", 1)[0]: r for r in rows(out)}
+    items = [headline(by_name[name], page) for name, page in HEADLINES if name in by_name]
+    return "\n".join([
+        HEAD_BEGIN,
+        f"<!-- generated by `python -m tests.bench.results` (the rows of {INDEX}); do not "
+        "edit by hand -->",
+        *items,
+        HEAD_END])
+
+
+def render(text: str, generated: str, begin: str = BEGIN, end: str = END) -> str:
+    if begin not in text or end not in text:
+        raise ValueError(f"the page lacks the markers {begin} / {end}")
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
     return head + generated + tail
 
 
-def check_text(readme: str, root: Path = ROOT) -> tuple[bool, str]:
-    """(`readme` holds the table the committed outputs under `root` give, the unified
-    diff from it to that if not)."""
-    want = render(readme, table(Outputs(root)))
-    diff = "".join(difflib.unified_diff(readme.splitlines(True), want.splitlines(True),
-                                        "README.md", "README.md (generated)"))
-    return readme == want, diff
+def regenerate(index: str, readme: str, out: Outputs) -> tuple[str, str]:
+    """(the results page, README) with their generated parts as `out` gives them."""
+    return (render(index, table(out)),
+            render(readme, headlines(out), HEAD_BEGIN, HEAD_END))
+
+
+def check_text(readme: str, root: Path = ROOT, index: str | None = None
+               ) -> tuple[bool, str]:
+    """(README and the results page hold what the committed outputs under `root` give,
+    the unified diff from them to that if not)."""
+    index = (root / INDEX).read_text() if index is None else index
+    want_index, want_readme = regenerate(index, readme, Outputs(root))
+    diff = "".join(
+        [*difflib.unified_diff(index.splitlines(True), want_index.splitlines(True),
+                               INDEX, f"{INDEX} (generated)"),
+         *difflib.unified_diff(readme.splitlines(True), want_readme.splitlines(True),
+                               "README.md", "README.md (generated)")])
+    return index == want_index and readme == want_readme, diff
 
 
 def check(root: Path = ROOT) -> tuple[bool, str]:
-    """README.md against the committed outputs: (the same, the diff if not)."""
+    """README.md and the results page against the committed outputs."""
     return check_text((root / "README.md").read_text(), root)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="\n".join(__doc__.splitlines()[1:]))
     parser.add_argument("--check", action="store_true",
-                        help="exit 1 and print a diff if README.md differs from the outputs")
-    parser.add_argument("--print", action="store_true", help="print the table alone")
+                        help="exit 1 and print a diff if a generated part differs")
+    parser.add_argument("--print", action="store_true", help="print the full table alone")
+    parser.add_argument("--pack", nargs="+", type=Path, metavar="PATH",
+                        help="add raw outputs (a run's folder or files) to bench-results/")
     args = parser.parse_args(argv)
+    if args.pack:
+        for archive in pack(args.pack):
+            print(f"{archive}: {(ROOT / archive).stat().st_size:,} bytes")
+        return 0
     if args.print:
         print(table())
         return 0
@@ -677,11 +865,13 @@ def main(argv: list[str] | None = None) -> int:
         ok, diff = check()
         if not ok:
             sys.stdout.write(diff)
-            print("README.md's table differs from the committed outputs: run "
+            print("the results differ from the committed outputs: run "
                   "python -m tests.bench.results", file=sys.stderr)
         return 0 if ok else 1
-    path = ROOT / "README.md"
-    path.write_text(render(path.read_text(), table()))
+    index, readme = regenerate((ROOT / INDEX).read_text(), (ROOT / "README.md").read_text(),
+                               Outputs())
+    (ROOT / INDEX).write_text(index)
+    (ROOT / "README.md").write_text(readme)
     return 0
 
 

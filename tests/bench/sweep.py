@@ -16,7 +16,7 @@ how a phase's figure is read from fio's own report):
 Set-up: a sparse image on the root file system as a direct-io loop device,
 ext4 on it (readahead_experiment.scratch_filesystem).  Every file is laid
 out once first, then one cycle of the phases runs under the default and is
-discarded (the recorded sweeps of docs/bench/ predate that cycle: their
+discarded (the recorded sweeps of bench-results/ predate that cycle: their
 first setting in round 1, the default, ran right after the layout).  Then `--rounds`
 rounds: each round runs every setting, in an order rotated per round (the
 shared machine drifts), and under each setting the phases one after the
@@ -31,8 +31,8 @@ harmonic mean of the per-phase ratios (`scoring.overall`, the one rule).
 The best static value is the best overall; the oracle picks the best
 setting per phase.
 
-    .venv/bin/python -m tests.bench.sweep writeback --json docs/bench/writeback-sweep.json
-    .venv/bin/python -m tests.bench.sweep queue --json docs/bench/queue-sweep.json
+    .venv/bin/python -m tests.bench.sweep writeback --json bench-results/writeback-sweep.json
+    .venv/bin/python -m tests.bench.sweep queue --json bench-results/queue-sweep.json
 """
 
 from __future__ import annotations
@@ -71,14 +71,14 @@ CANDIDATES: dict[str, dict] = {
     },
     # the dirty ratios where their effect is owed to no one later: a checkpointing
     # writer (each checkpoint flushed within the visit) and scratch space (deleted,
-    # never flushed); on the uncapped loop no conflict (docs/bench/dirty-sweep.md),
+    # never flushed); on the uncapped loop no conflict (docs/results/dirty-sweep.md),
     # on a device capped at 1 GB/s (fio_win.DEVICE_CAP_MB_PER_S) a strong one, which a
     # low background ratio under a high limit does not remove: scratch x0.82 there
-    # (docs/bench/dirty-sweep-capped.md).  Scratch space is now temporary files
+    # (docs/results/dirty-sweep-capped.md).  Scratch space is now temporary files
     # (tempfiles.fio), each deleted within a second or two: scratch.fio's one file,
     # rewritten for a whole visit, ages past dirty_expire_centisecs (30 s) in a long
     # visit and is then written back under the default too, so its conflict existed in
-    # 8 s visits only (30 s visits, 2 rounds, docs/bench/dirty-sweep-30s.md: scratch
+    # 8 s visits only (30 s visits, 2 rounds, docs/results/dirty-sweep-30s.md: scratch
     # x0.97 at 1 %, tempfiles x0.55, checkpoint x1.38); `--phases checkpoint,scratch`
     # gives the earlier runs' phases
     "dirty": {

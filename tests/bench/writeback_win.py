@@ -7,12 +7,12 @@ the fio phases ``stream-write``, ``db-commit`` and ``read-under-write``.
 
     .venv/bin/python -m tests.bench.writeback_win --quick
     .venv/bin/python -m tests.bench.writeback_win --runs 3 --train-seconds 240 \
-        --train-phase 15 --json-dir docs/bench/writeback-win-2
+        --train-phase 15 --json-dir bench-results/writeback-win-2
 
 Training phases longer than the proxy's episodes (the dirty ratios declare
 settle_ticks 5: 10-tick episodes), so an episode's measured ticks fall in
 one phase.  ``stream-write`` flushes every 32 MiB (tests/bench/fio_phases.py
-says why); docs/bench/writeback-win/ predates that and settle_ticks.
+says why); bench-results/writeback-win/ predates that and settle_ticks.
 """
 
 import sys

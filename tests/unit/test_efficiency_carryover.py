@@ -46,7 +46,7 @@ class Lagged(Subsystem):
         self.phase_ticks = phase_ticks
         self.level, self.phase_left, self.phase_length = 100.0, 0, 1
         # a phase's own profile: its middle `bulge` times above its edges (a job that
-        # starts and ends slowly, or fio's checkpoint cycle: docs/bench/dirty-win-13)
+        # starts and ends slowly, or fio's checkpoint cycle: bench-results/dirty-win-13)
         self.bulge = bulge
 
     def next_phase(self) -> None:
@@ -116,7 +116,7 @@ def test_a_declared_carry_over_is_measured_honestly(tmp_path, lag, mode):
 @pytest.mark.parametrize("share", [0.8, 0.95])
 def test_phases_shorter_than_the_gap_between_default_episodes_do_not_fool_the_estimate(
         tmp_path, share):
-    """The measured failure of docs/bench/writeback-win-2: learning share 0.8, k = 5
+    """The measured failure of bench-results/writeback-win-2: learning share 0.8, k = 5
     (10-tick episodes, ~40 ML ticks between two default episodes), phases whose objective
     differs 40-fold and that last 20-40 ticks (longer than the 3k ticks a phase needs
     to slip between a sandwich's defaults unseen).  Only the sandwiched ML episodes are
@@ -209,7 +209,7 @@ def test_the_schedule_drifts_across_a_periodic_workload_so_every_phase_is_judged
     """Phases of exactly 30 ticks: a 60-tick cycle, three times the 20-tick period of
     fixed episodes (k = 5), which locked the schedule in phase with it, so that one
     phase had a default, an ML and a default episode inside every visit and the other
-    inside none (fio's 61-tick checkpoint/tempfiles cycle, docs/bench/dirty-win-12).
+    inside none (fio's 61-tick checkpoint/tempfiles cycle, bench-results/dirty-win-12).
     The default episodes' random tail lets the schedule drift: both phases are judged,
     each at the true gain."""
     rt = served(tmp_path, lag=5, declared=5, phase_ticks=(30, 30),
@@ -236,7 +236,7 @@ def test_a_phases_own_profile_is_balanced_out_by_counting_defaults_between_ml_ti
     """Phases of 28-34 ticks whose middle runs 1.5 times their edges.  A counted pair
     needs a default, an ML and a default episode inside one phase, so its ML ticks sit
     in a phase's middle and its defaults at the edges: pairs alone read the profile
-    as gain (fio's checkpoint, docs/bench/dirty-win-13: 1.17 for a policy running the
+    as gain (fio's checkpoint, bench-results/dirty-win-13: 1.17 for a policy running the
     default's own setting).  A default tick between two ML episodes is measured the
     other way round, and the two together cancel the profile."""
     rt = served(tmp_path, lag=5, declared=5, phase_ticks=(28, 34), bulge=0.5,
@@ -258,7 +258,7 @@ def test_a_phases_own_profile_is_balanced_out_by_counting_defaults_between_ml_ti
 
 def test_forward_and_reverse_pairs_are_balanced_within_a_workload_level_only():
     """A visit holds a default-ML-default sandwich or an ML-default-ML one, seldom both,
-    so the two kinds can fall in different phases (docs/bench/dirty-win-13, run 2:
+    so the two kinds can fall in different phases (bench-results/dirty-win-13, run 2:
     forward pairs in tempfiles, reverse ones in checkpoint).  Each level is measured by
     what it has, and the levels are weighed by their defaults' sum, not blended."""
     window = EfficiencyWindow(10_000, "max", max_span=18)
@@ -301,7 +301,7 @@ def feed_episodes(window: EfficiencyWindow, tick: int, kinds: str, level: float,
 def test_the_confidence_counts_an_episode_as_one_sample_not_its_ticks():
     """An episode's clean ticks share their brackets and their place in the phase:
     one tempfiles episode of 10 pairs read 1.23 with a confidence of 10.4 where the
-    experiment said 0.94 (docs/bench/dirty-win-15, run 2)."""
+    experiment said 0.94 (bench-results/dirty-win-15, run 2)."""
     one = EfficiencyWindow(10_000, "max", max_span=pair_span(5))
     feed_episodes(one, 0, "DMD", 100.0, [1.3])
     stats = one.stats()
@@ -320,7 +320,7 @@ def test_the_confidence_counts_an_episode_as_one_sample_not_its_ticks():
 
 def test_levels_measured_from_one_side_only_are_in_doubt_as_the_profile_allows():
     """F alone in one phase and R alone in another carry each phase's own profile
-    uncorrected (docs/bench/dirty-win-14: checkpoint forward pairs only, 1.76 where
+    uncorrected (bench-results/dirty-win-14: checkpoint forward pairs only, 1.76 where
     the experiment said 1.42): with no level that measures the profile, the
     confidence stays low however steady the ticks."""
     window = EfficiencyWindow(10_000, "max", max_span=pair_span(5))
@@ -516,7 +516,7 @@ def test_without_carry_over_a_policy_may_change_the_knob_on_every_tick(tmp_path)
 
 
 def test_a_carry_over_knob_set_by_a_policy_is_held_for_an_episode_after_each_change(tmp_path):
-    """The flip-flopping of docs/bench/dirty-win-2's policies, which left 0 counted pairs:
+    """The flip-flopping of bench-results/dirty-win-2's policies, which left 0 counted pairs:
     with k = 3 the policy's setting changes at most once per 2k = 6 ticks after the
     run's one correction of its first choice, and it still changes (the policy is not
     frozen)."""
@@ -531,7 +531,7 @@ def test_a_carry_over_knob_set_by_a_policy_is_held_for_an_episode_after_each_cha
 
 def test_a_runs_first_choice_may_be_corrected_once_but_never_back_to_the_setting_it_left():
     """A run's first choice is made from a window another controller ran (fio's idle
-    second between two jobs, docs/bench/dirty-win-12): pinning it for an episode pins
+    second between two jobs, bench-results/dirty-win-12): pinning it for an episode pins
     a guess."""
     hold, default = Hold(), {"x": 10}
     assert hold(100, {"x": 8}, 1.0, 10, default) == ({"x": 8}, 1.0), "the run's choice"

@@ -195,7 +195,7 @@ def test_in_automatic_learning_a_policy_never_runs_its_guess_in_a_phase_it_never
     """Learning's ML ticks are what promotion judges, so they run the policy as
     collaboration would: restricted.  Unrestricted, this policy ran x = 16 on its ML
     ticks in phase B (x0.3 there); the demo's learning efficiency fell to 0.45 for
-    300 ticks the same way (docs/bench/learning-34).  Restricted, it keeps to the
+    300 ticks the same way (docs/results/learning-34.md).  Restricted, it keeps to the
     default and its neighbours there (phase A's measurement of 16 is at another
     workload level).  Promotion is out of reach here, so every tick is judged in
     learning."""

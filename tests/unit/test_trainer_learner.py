@@ -233,7 +233,7 @@ def test_the_ucb_pick_never_jumps_to_a_setting_two_steps_from_anything_measured_
     Widened to wherever that optimism reaches, as it once was, the pick jumps to far
     settings nothing here vouches for: on the simulator 1, 2 and 4 KiB in a sequential
     phase at x0.17-0.19 the default (learning bench seed 21), holding learning's
-    efficiency down for 700 ticks (docs/bench/learning-34)."""
+    efficiency down for 700 ticks (docs/results/learning-34.md)."""
     measured = [64, 128, 256]
     learner = fitted_on_values(measured)
     one_step = set(GRID[GRID.index(64) - 1: GRID.index(256) + 2])
@@ -305,7 +305,7 @@ def test_coverage_counts_only_settled_rows_of_a_carry_over_knob() -> None:
     The fit leaves those rows out (`_settled`), so coverage must not count them:
     an exploration cut short by a phase change before its setting settled would
     otherwise mark the setting as seen, and it is never tried again there
-    (docs/bench/dirty-ratios.md, "fifth try": the 1 % background ratio in the
+    (docs/results/dirty-ratios.md, "fifth try": the 1 % background ratio in the
     checkpoint phase, 7 rows, none settled).  Here 64, 128 and 256 hold for 10
     ticks at a time, 512 for 2 ticks (never settled under a carry-over of 3):
     512 is one of the unseen.
@@ -512,7 +512,7 @@ def test_coverage_counts_no_rows_of_another_phase_while_this_one_has_few() -> No
     """A setting measured only in another phase is still unseen in this one.
 
     The 200 nearest rows reach into the next phase as long as this one has fewer
-    than 200 (docs/bench/dirty-win-12 run 2: 127 checkpoint rows, the 1 % ratio
+    than 200 (bench-results/dirty-win-12 run 2: 127 checkpoint rows, the 1 % ratio
     tried only in scratch, and never in checkpoint).  Here the random phase has
     120 rows, none at 512; the sequential phase has 512 on many.
     """

@@ -370,7 +370,7 @@ def test_worker_trains_uploads_explores_and_corrects(fake: FakeMount) -> None:
 
 def test_a_policy_upload_waits_for_the_exploration_in_flight(tmp_path, monkeypatch) -> None:
     """A newer policy wins over an older recommendation, so an upload during an
-    exploration ends it after the ticks it has run: in docs/bench/dirty-win-16 six
+    exploration ends it after the ticks it has run: in bench-results/dirty-win-16 six
     explorations of ten ticks ran one or two (the 1 % ratio in checkpoint among them)
     and the policy ran the rest.  Here the fake ticks at the info's own 50 ms, every
     decision explores, and feedback every 40 ticks brings corrections and uploads."""
