@@ -132,10 +132,15 @@ def cmd_train(args: argparse.Namespace) -> int:
     initial = None
     if args.fleet:
         from ..fleet.pull import PullError, fetch
+        from ..fleet.signing import SigningError
+        from .fleet import mount_state_dir
 
-        try:
+        try:  # the host's high-water mark lives in the mount's state directory
             fleet = fetch(args.fleet, args.subsystem, args.fleet_version,
-                          args.trusted_key or [])
+                          args.trusted_key or [], state_dir=mount_state_dir(args.mountpoint))
+        except SigningError as exc:  # a trusted key anyone could replace: as ssh, refuse
+            print(f"mlfs train: {exc}", file=sys.stderr)
+            return 2
         except PullError as exc:  # never train from an unchecked policy
             print(f"mlfs train: {exc}", file=sys.stderr)
             return 1
