@@ -213,11 +213,12 @@ def _listen(address: str, port: int) -> socket.socket:
 
 async def serve_metrics(render: Callable[[], str], address: str, port: int,
                         task_status=trio.TASK_STATUS_IGNORED, *,
-                        min_interval: float = RENDER_SECONDS) -> None:
+                        min_interval: float | None = None) -> None:
     """Serve until cancelled.  A failure to listen is logged, never fatal to the mount.
 
     `task_status.started()` is given the listening (host, port), or None when
     it could not listen (the `metrics` file of the mount still works).
+    `min_interval`: RENDER_SECONDS unless given.
     """
     try:
         listener = _listen(address, port)
@@ -226,7 +227,8 @@ async def serve_metrics(render: Callable[[], str], address: str, port: int,
                   address, port, exc.strerror or exc)
         task_status.started(None)
         return
-    server = MetricsServer(render, trio.lowlevel.current_trio_token(), min_interval)
+    server = MetricsServer(render, trio.lowlevel.current_trio_token(),
+                           RENDER_SECONDS if min_interval is None else min_interval)
     threading.Thread(target=server.serve, args=(listener,), daemon=True,
                      name="mlfs-metrics-http").start()
     bound = listener.getsockname()[:2]

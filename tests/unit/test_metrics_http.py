@@ -4,7 +4,6 @@ at most once per interval."""
 
 from __future__ import annotations
 
-import functools
 import socket
 import threading
 
@@ -47,7 +46,9 @@ def test_sixteen_slow_connections_do_not_stop_a_concurrent_scrape():
         assert answer.endswith(b"\r\n\r\nmlfs_up 1\n")
 
 
-def test_a_scrape_flood_renders_once_per_interval_and_only_on_the_trio_thread():
+def test_a_scrape_flood_renders_once_per_interval_and_only_on_the_trio_thread(monkeypatch):
+    # an hour: every scrape below falls within one interval of the first
+    monkeypatch.setattr(mlfs_http, "RENDER_SECONDS", 3600.0, raising=False)
     threads = []
 
     def render() -> str:
@@ -57,9 +58,7 @@ def test_a_scrape_flood_renders_once_per_interval_and_only_on_the_trio_thread():
     async def main() -> tuple[int, list[bytes]]:
         trio_thread = threading.get_ident()
         async with trio.open_nursery() as nursery:
-            # an hour: every scrape below falls within one interval of the first
-            serve = functools.partial(mlfs_http.serve_metrics, min_interval=3600.0)
-            _, port = await nursery.start(serve, render, "127.0.0.1", 0)
+            _, port = await nursery.start(mlfs_http.serve_metrics, render, "127.0.0.1", 0)
             answers: list[bytes] = []
 
             async def scraper():
