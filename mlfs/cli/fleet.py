@@ -50,6 +50,7 @@ def cmd_fleet_push(args: argparse.Namespace) -> int:
 def cmd_fleet_train(args: argparse.Namespace) -> int:
     import logging
 
+    from ..fleet.signing import SigningError
     from ..fleet.train import TrainError, train
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -67,6 +68,9 @@ def cmd_fleet_train(args: argparse.Namespace) -> int:
     except TrainError as exc:
         print(f"mlfs fleet train: {exc}", file=sys.stderr)
         return 1
+    except SigningError as exc:  # a key refused as ssh refuses one: the operator's to mend
+        print(f"mlfs fleet train: {exc}", file=sys.stderr)
+        return 2
     finally:
         sys.stdout.flush()
         os.dup2(saved, 1)

@@ -132,10 +132,21 @@ def cmd_train(args: argparse.Namespace) -> int:
     initial = None
     if args.fleet:
         from ..fleet.pull import PullError, fetch
+        from ..fleet.signing import SigningError
+        from .common import default_state_dir
+        from .fleet import mount_state_dir
 
+        # the high-water mark lives in the mount's state directory; a trainer that may
+        # not write there (not root's) keeps its own: it could write `policy` anyway
+        state_dir = mount_state_dir(args.mountpoint)
+        if not os.access(state_dir, os.W_OK):
+            state_dir = default_state_dir(args.mountpoint)
         try:
             fleet = fetch(args.fleet, args.subsystem, args.fleet_version,
-                          args.trusted_key or [])
+                          args.trusted_key or [], state_dir=state_dir)
+        except SigningError as exc:  # a trusted key anyone could replace: as ssh, refuse
+            print(f"mlfs train: {exc}", file=sys.stderr)
+            return 2
         except PullError as exc:  # never train from an unchecked policy
             print(f"mlfs train: {exc}", file=sys.stderr)
             return 1

@@ -220,6 +220,10 @@ def train(url: str, subsystem: str, scheduler: str | None = None, *, folds: int 
     from lightgbm.dask import DaskLGBMClassifier, DaskLGBMRegressor
 
     started = time.perf_counter()
+    if key is not None:  # a key refused for its mode or type: before hours of training
+        from .signing import load_private
+
+        load_private(key)
     say = Progress(progress, started) if progress else _quiet
     timings: dict[str, float] = {}
     store = Store(url)
@@ -471,25 +475,32 @@ def publish(store: Store, subsystem: str, text: str, card: Mapping[str, Any],
     """Publish `text` as the next policy version of `subsystem` with its card (version,
     sha256, creation time added); the card is written last, so a run that dies before
     it publishes nothing a host would use.  With `key` (an Ed25519 private key file) the
-    card's bytes are signed first (`<N>.sig`): hosts install only signed policies.  What
-    the daemon's verifier refuses is never published (Refused)."""
+    card is signed first (`<N>.sig`, binding subsystem, version, sha256 and signer:
+    mlfs/fleet/signing.py): hosts install only signed policies, and the version is one
+    past the newest this key signed.  What the daemon's verifier refuses is never
+    published (Refused); a private key readable by others is refused (SigningError)."""
     verify(text)
-    trusted = None
+    trusted = signer = None
     if key is not None:
-        from .signing import load_trusted
+        from .signing import key_id, load_private
 
-        public = Path(str(key) + ".pub")
-        trusted = load_trusted([public]) if public.exists() else None
+        # number past what this key signed, never past what anyone could copy
+        # into the store (F3): the key's own public half, not a file beside it
+        public = load_private(key).public_key()
+        trusted, signer = [public], key_id(public)
     version = next_version(store, subsystem, trusted)
+    digest = hashlib.sha256(text.encode()).hexdigest()
     card = dict(card, version=version, subsystem=subsystem,
                 policy=policy_path(subsystem, version, "txt").rsplit("/", 1)[-1],
-                sha256=hashlib.sha256(text.encode()).hexdigest(),
-                created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+                sha256=digest, created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    if signer is not None:
+        card["signer"] = signer
     card_bytes = (json.dumps(card, indent=2) + "\n").encode()
     store.put(policy_path(subsystem, version, "txt"), text.encode())
     if key is not None:
-        from .signing import sign
+        from .signing import sign_policy
 
-        store.put(policy_path(subsystem, version, "sig"), sign(card_bytes, key))
+        store.put(policy_path(subsystem, version, "sig"),
+                  sign_policy(key, subsystem, version, digest, card_bytes))
     store.put(policy_path(subsystem, version, "json"), card_bytes)  # last
     return card

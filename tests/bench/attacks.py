@@ -594,23 +594,108 @@ def attack_cloned_host_id(ws: Workspace) -> str:
 
 
 def attack_forged_policy_version(ws: Workspace) -> str:
+    """A forged 9999999999 whose card's sha256 matches and whose `.sig` the forger's own
+    key made, beside a genuine signed version 1: the host must check the signature
+    (--trusted-key) and start from version 1 (issue 50, note 3 of redteam3)."""
+    from mlfs.fleet import signing
+
     m = ws.mount()
-    store = ws.root / "store"
-    folder = store / "policies" / "sim.readahead"
-    folder.mkdir(parents=True)
+    store, key, pub = _signed_store(ws)
     text = valid_policy(m)
+    genuine = _publish(store, text, key)
+    folder = store / "policies" / "sim.readahead"
+    forger = ws.root / "forger.key"
+    signing.keygen(forger)
     import hashlib
 
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    card = json.dumps({"version": 9_999_999_999, "subsystem": "sim.readahead",
+                       "sha256": digest, "rows": 10**9, "validation": {"mae": 0}}).encode()
     (folder / "9999999999.txt").write_text(text)
-    (folder / "9999999999.json").write_text(json.dumps(
-        {"sha256": hashlib.sha256(text.encode()).hexdigest(), "rows": 10**9,
-         "validation": {"mae": 0}}))
+    if hasattr(signing, "sign_policy"):
+        forged = signing.sign_policy(forger, "sim.readahead", 9_999_999_999, digest, card)
+    else:  # a checkout from before signature format 2 (the "before" column)
+        forged = signing.sign(card, forger)
+    (folder / "9999999999.sig").write_bytes(forged)
+    (folder / "9999999999.json").write_bytes(card)
+    return "forged 9999999999 signed by an untrusted key: " + \
+        _fleet_verdict(ws, m, store, pub, {genuine["version"]: "genuine v1"})
+
+
+# ---- signed replays (issue 50, F2-F4): a genuine signature under another name --------
+def _signed_store(ws: Workspace) -> tuple[Path, Path, Path]:
+    from mlfs.fleet.signing import keygen
+
+    key = ws.root / "fleet.key"
+    return ws.root / "store", key, keygen(key)
+
+
+def _publish(store: Path, text: str, key: Path, subsystem: str = "sim.readahead") -> dict:
+    from mlfs.fleet.store import Store
+    from mlfs.fleet.train import publish
+
+    return publish(Store(str(store)), subsystem, text, {"rows": 1}, key=key)
+
+
+def _copy_policy(store: Path, subsystem: str, version: int, to_subsystem: str,
+                 to_version: int) -> None:
+    (store / "policies" / to_subsystem).mkdir(parents=True, exist_ok=True)
+    for suffix in ("txt", "sig", "json"):
+        shutil.copy(store / "policies" / subsystem / f"{version:010d}.{suffix}",
+                    store / "policies" / to_subsystem / f"{to_version:010d}.{suffix}")
+
+
+def _fleet_verdict(ws: Workspace, m: Mount, store: Path, pub: Path,
+                   names: dict[int, str]) -> str:
+    """`mlfs train --fleet --trusted-key`: which version it started from, or its refusal."""
     done = subprocess.run([sys.executable, "-m", "mlfs", "train", str(m.mountpoint),
-                           "sim.readahead", "--fleet", str(store), "--max-seconds", "3"],
+                           "sim.readahead", "--fleet", str(store), "--trusted-key", str(pub),
+                           "--max-seconds", "3"],
                           capture_output=True, text=True, timeout=120, cwd=REPO)
-    adopted = "starting from fleet policy 9999999999" in done.stderr
-    return f"forged 9999999999 with a matching sha256: {'adopted' if adopted else 'refused'} " \
-        f"(exit {done.returncode})"
+    found = re.search(r"starting from fleet policy (\d+)", done.stderr)
+    if found:
+        version = int(found.group(1))
+        return f"started from policy {version} ({names.get(version, 'a REPLAY')}), " \
+            f"exit {done.returncode}"
+    last = (done.stderr.strip().splitlines() or ["(nothing)"])[-1]
+    return f"nothing installed, exit {done.returncode}: {last[-160:]}"
+
+
+def attack_signed_rollback(ws: Workspace) -> str:
+    """F2: genuine signed v1 and v2; v1's three files copied byte for byte to v3."""
+    m = ws.mount()
+    store, key, pub = _signed_store(ws)
+    text = valid_policy(m)
+    _publish(store, text, key)
+    _publish(store, text.replace("\n\n", "\n\n\n", 1), key)
+    _copy_policy(store, "sim.readahead", 1, "sim.readahead", 3)
+    return "v1 copied to v3: " + _fleet_verdict(ws, m, store, pub, {2: "genuine newest v2"})
+
+
+def attack_signed_last_number(ws: Workspace) -> str:
+    """F3: v1 copied to 9999999999; then the publisher (with its key) publishes again."""
+    m = ws.mount()
+    store, key, pub = _signed_store(ws)
+    text = valid_policy(m)
+    _publish(store, text, key)
+    _copy_policy(store, "sim.readahead", 1, "sim.readahead", 9_999_999_999)
+    host = _fleet_verdict(ws, m, store, pub, {1: "genuine v1"})
+    newer = text.replace("\n\n", "\n\n\n", 1)
+    try:
+        published = f"published v{_publish(store, newer, key)['version']}"
+    except Exception as exc:  # the verdict is whether the publisher is blocked
+        published = f"publisher BLOCKED: {type(exc).__name__}: {str(exc)[:100]}"
+    return f"v1 copied to 9999999999: {host}; then {published}"
+
+
+def attack_signed_cross_subsystem(ws: Workspace) -> str:
+    """F4: a policy signed for another subsystem (same columns) copied under this one's."""
+    m = ws.mount()
+    store, key, pub = _signed_store(ws)
+    _publish(store, valid_policy(m), key, subsystem="sim.other")
+    _copy_policy(store, "sim.other", 1, "sim.readahead", 1)
+    return "signed for sim.other, copied to sim.readahead/1: " + \
+        _fleet_verdict(ws, m, store, pub, {})
 
 
 ATTACKS = {
@@ -635,6 +720,10 @@ ATTACKS = {
     "group-kernel-write": attack_group_kernel_write,
     "cloned-host-id": attack_cloned_host_id,
     "forged-policy-version": attack_forged_policy_version,
+    # issue 50: signed replays (F2-F4)
+    "signed-rollback": attack_signed_rollback,
+    "signed-last-number": attack_signed_last_number,
+    "signed-cross-subsystem": attack_signed_cross_subsystem,
 }
 
 
