@@ -55,7 +55,14 @@ from .portion import (
     wal_seq,
     write_portion_file,
 )
-from .quarantine import ENCODE_ERRORS, check_line, quarantine, row_lines, split_unencodable
+from .quarantine import (
+    ENCODE_ERRORS,
+    check_line,
+    quarantine,
+    row_lines,
+    split_unencodable,
+    wal_files,
+)
 from .shipped import ShippedCursors
 
 log = logging.getLogger("mlfs.store")
@@ -126,8 +133,7 @@ class PortionStore:
         The files are kept: they hold those rows until the next portion is
         durable (rewriting them would need space a full disk may not have).
         """
-        wals = sorted((p for p in self.directory.glob(WAL_PREFIX + "*.jsonl")
-                       if wal_seq(p) is not None), key=wal_seq)
+        wals = wal_files(self.directory, WAL_PREFIX + "*.jsonl", wal_seq)
         floor = self.last_key  # keys rise: a row at or below it is already kept
         replayed = 0
         for index, wal in enumerate(wals):
