@@ -6,8 +6,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from mlfs.core.portion import StorePolicy
 from mlfs.core.arrow_wal import read_wal
+from mlfs.core.portion import StorePolicy
 from mlfs.core.records import RecordsRefused, RecordStore, record_schema, to_table
 
 FIELDS = {"device": "string", "sector": "uint64", "latency_us": "float64", "ok": "bool"}
