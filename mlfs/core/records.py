@@ -18,10 +18,11 @@ times the write itself); the two core columns are encoded as deltas, not diction
 
 `RecordStore` is a `PortionStore` (same sealing, retention, faults, watch and fleet
 cursors) whose pending rows are Arrow tables and whose write-ahead files
-(`wal.N.arrows`) are Arrow IPC streams: a schema message, then one message per batch.
-Replay reads each file's messages in order and keeps every batch whose `record_seq`
-is above the newest sealed one; a torn last message (a write that never returned) ends
-that file's replay, and anything unreadable before it is set aside, never dropped.
+(`wal.N.arrows`) hold one checksummed frame per batch (arrow_wal.py).  Replay keeps
+every intact batch whose `record_seq` is above the newest sealed one, wherever it lies;
+a torn frame the writer never acknowledged is skipped, and any other damage costs only
+the batches it touches: the file is copied to quarantine/, the records it lost are
+counted in `records_lost` and a WARNING says so (`check_replay`).
 """
 
 from __future__ import annotations
@@ -226,7 +227,7 @@ class RecordStore(PortionStore):
                       problems: list[str]) -> bool:
         """Copy a damaged file to quarantine/ and count and log what it lost; False when
         the copy failed (the file then stays where it is, outside any batch)."""
-        more = " at least" if scan.acked_next is None else ""
+        more = "at least " if scan.acked_next is None else ""
         try:
             kept = keep_copy(self.directory, wal.name, data)
         except OSError as exc:
@@ -236,7 +237,7 @@ class RecordStore(PortionStore):
         self.replay_lost += lost
         log.warning("%s: write-ahead file damaged (%s%s); its intact batches are kept, "
                     "%s%d records lost; a copy is kept in %s", wal, "; ".join(problems[:3]),
-                    f"; {len(problems) - 3} more" if len(problems) > 3 else "", more.lstrip(),
+                    f"; {len(problems) - 3} more" if len(problems) > 3 else "", more,
                     lost, kept)
         return True
 

@@ -220,3 +220,32 @@ def test_a_file_written_before_frames_replays_and_resynchronises_past_damage(tmp
     assert store.flush_wal()
     assert (tmp_path / "wal.4.arrows").read_bytes().startswith(b"MLFSRWA\x01")
     assert store.seal_now().rows == 100
+
+
+def test_a_damaged_ack_mark_keeps_the_batches_and_says_the_count_is_a_floor(tmp_path,
+                                                                            caplog):
+    data = bytearray(_fill(tmp_path)[-1])
+    data[20:24] = b"\xff\xff\xff\xff"  # inside the ack mark
+    (tmp_path / "wal.0.arrows").write_bytes(bytes(data))
+    with caplog.at_level(logging.INFO):
+        store = _store(tmp_path)
+    assert store.pending == 100 and store.replay_lost == 0
+    assert (tmp_path / "quarantine" / "wal.0.arrows").exists()
+    assert any("at least 0 records lost" in m for m in _warnings(caplog)), caplog.text
+
+
+def test_a_directory_in_a_tick_stores_write_ahead_files_place_is_moved_aside(tmp_path,
+                                                                             caplog):
+    """The same rule for the JSON-lines write-ahead files of tick stores."""
+    from mlfs.core.store import PortionStore
+
+    schema = pa.schema([("tick", pa.int64()), ("value", pa.float64())])
+    store = PortionStore(tmp_path, schema, "tick", StorePolicy())
+    store.append({"tick": 1, "value": 1.0})
+    assert store.flush_wal()
+    (tmp_path / "wal.7.jsonl").mkdir()
+    with caplog.at_level(logging.INFO):
+        again = PortionStore(tmp_path, schema, "tick", StorePolicy())
+    assert again.pending == 1
+    assert (tmp_path / "quarantine" / "wal.7.jsonl").is_dir()
+    assert any("a directory" in m for m in _warnings(caplog))
