@@ -41,6 +41,7 @@ import pyarrow.compute as pc
 from mlfs.abi import EXTRA_RECORDS_LOST, RECORD_CORE_COLUMNS, RECORD_TYPES
 
 from .arrow_wal import (
+    FILE_HEADER,
     Frame,
     TornWal,
     WalScan,
@@ -156,7 +157,8 @@ class RecordStore(PortionStore):
             path = self._wal_path()
             try:
                 if path.exists():  # made by a flush that failed after creating it
-                    self._wal_first = wal_first_seq(path.read_bytes())
+                    with open(path, "rb") as fh:
+                        self._wal_first = wal_first_seq(fh.read(FILE_HEADER))
                 else:
                     self._wal_first = int(self._wal_batches[0].column(0)[0].as_py())
                     _create_wal(path, self._wal_first)
@@ -348,7 +350,7 @@ def check_replay(scan: WalScan, schema: pa.Schema, floor: int | None
     starts = [scan.first_seq] if scan.first_seq is not None else []
     ends = [scan.acked_next] if scan.acked_next is not None else []
     for first, rows in scan.damaged:
-        if first + rows < RECORD_SEQ_LIMIT:
+        if rows and first + rows < RECORD_SEQ_LIMIT:  # rows 0: the schema frame
             starts.append(first)
             ends.append(first + rows)
     kept = 0
@@ -357,8 +359,8 @@ def check_replay(scan: WalScan, schema: pa.Schema, floor: int | None
         why = _batch_problem(frame, schema, previous)
         if why:
             problems.append(f"batch at byte {frame.offset} set aside: {why}")
-            if frame.first_seq is not None and frame.first_seq + (frame.rows or 0) \
-                    < RECORD_SEQ_LIMIT:
+            if frame.first_seq is not None and frame.rows \
+                    and frame.first_seq + frame.rows < RECORD_SEQ_LIMIT:
                 starts.append(frame.first_seq)
                 ends.append(frame.first_seq + (frame.rows or 0))
             continue
@@ -374,7 +376,9 @@ def check_replay(scan: WalScan, schema: pa.Schema, floor: int | None
             tables.append(table)
             kept += table.num_rows
             base = previous - 1
-    low = max(min(starts, default=0), -1 if floor is None else floor + 1)
+    # the file's header names its first record_seq; without it, the lowest one seen
+    start = scan.first_seq if scan.first_seq is not None else min(starts, default=0)
+    low = max(start, -1 if floor is None else floor + 1)
     if scan.acked_next is not None and scan.acked_next > max(low, base + 1):
         problems.append(f"records {max(low, base + 1)}..{scan.acked_next - 1} were "
                         "acknowledged and are not there")
@@ -409,7 +413,9 @@ def _batch_problem(frame: Frame, schema: pa.Schema, previous: int | None) -> str
 def _create_wal(path: Path, first_seq: int) -> None:
     """A new write-ahead file, whole with its header, under its name in one rename."""
     tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    tmp.unlink(missing_ok=True)  # left by a crash at creation
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o644)
     try:
         os.write(fd, file_header(first_seq))
     finally:

@@ -249,3 +249,20 @@ def test_a_directory_in_a_tick_stores_write_ahead_files_place_is_moved_aside(tmp
     assert again.pending == 1
     assert (tmp_path / "quarantine" / "wal.7.jsonl").is_dir()
     assert any("a directory" in m for m in _warnings(caplog))
+
+
+def test_a_damaged_schema_frame_loses_no_batch_and_counts_nothing_below_the_file(
+        tmp_path, caplog):
+    store = _store(tmp_path)
+    store.append_table(_batch(0), tick=0)
+    store.seal_now()  # wal.1.arrows starts at record_seq 10
+    for tick in (1, 2, 3):
+        store.append_table(_batch(tick), tick=tick)
+        assert store.flush_wal()
+    (wal,) = tmp_path.glob("wal.*.arrows")
+    data = bytearray(wal.read_bytes())
+    schema_frame = data.find(b"MLFSFRM\x01")
+    data[schema_frame + 60:schema_frame + 64] = b"\x00\x01\x02\x03"
+    wal.write_bytes(bytes(data))
+    assert _replayed(tmp_path) == list(range(10, 40))
+    _expect_set_aside(tmp_path, caplog, wal.name, 0)
