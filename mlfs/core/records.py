@@ -203,7 +203,7 @@ class RecordStore(PortionStore):
                 log.warning("%s: write-ahead file not readable (%s); left in place", wal, exc)
                 continue
             scan = read_wal(data, self.schema)
-            tables, lost, problems = check_replay(scan, self.schema, self.last_key)
+            tables, lost, problems, top = check_replay(scan, self.schema, self.last_key)
             if problems and not self._keep_damaged(wal, data, scan, lost, problems):
                 continue  # left on disk, outside any batch: the next start tries again
             if scan.torn:
@@ -212,6 +212,10 @@ class RecordStore(PortionStore):
             for table in tables:
                 self._buffer_table(table, int(table.column(0)[-1].as_py()))
                 replayed += table.num_rows
+            if top is not None and (self.last_key is None or top > self.last_key):
+                # the lost records' numbers are not given to new ones: a record_seq
+                # names one record, the one in the quarantine copy if anywhere
+                self.last_key = top
             self._wal_paths.append(wal)
         if wals:
             self._wal_seq = _seq(wals[-1]) + 1
@@ -332,8 +336,9 @@ def keep_records(runtime, tick: int, sample) -> pa.Table | None:
 
 
 def check_replay(scan: WalScan, schema: pa.Schema, floor: int | None
-                 ) -> tuple[list[pa.Table], int, list[str]]:
-    """The batches of one scanned file to keep pending, the records lost, the problems.
+                 ) -> tuple[list[pa.Table], int, list[str], int | None]:
+    """The batches of one scanned file to keep pending, the records lost, the problems,
+    and the newest record_seq the file holds or should hold (None: nothing known).
 
     A batch is kept when it has the store's schema and its record_seq is what a writer
     makes: contiguous (+1 a row), above the batch before it, below RECORD_SEQ_LIMIT, and
@@ -383,7 +388,8 @@ def check_replay(scan: WalScan, schema: pa.Schema, floor: int | None
         problems.append(f"records {max(low, base + 1)}..{scan.acked_next - 1} were "
                         "acknowledged and are not there")
     lost = max(0, max(ends, default=low) - low - kept) if problems else 0
-    return tables, lost, problems
+    top = max(ends) - 1 if ends and max(ends) > 0 else None
+    return tables, lost, problems, top
 
 
 def _batch_problem(frame: Frame, schema: pa.Schema, previous: int | None) -> str:

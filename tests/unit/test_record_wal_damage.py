@@ -140,7 +140,8 @@ def test_w2_a_truncated_newest_file_keeps_whole_batches_and_counts_the_acknowled
     (tmp_path / "wal.0.arrows").write_bytes(data[:int(len(data) * 0.6)])
     seqs = _replayed(tmp_path)
     assert seqs == list(range(len(seqs))) and 40 <= len(seqs) < 70
-    _expect_set_aside(tmp_path, caplog, "wal.0.arrows", 100 - len(seqs))
+    store = _expect_set_aside(tmp_path, caplog, "wal.0.arrows", 100 - len(seqs))
+    assert store.next_seq() == 100, "a lost record's number is not given to a new one"
 
 
 def test_w2_a_torn_frame_that_was_never_acknowledged_is_skipped_quietly(tmp_path, caplog):
