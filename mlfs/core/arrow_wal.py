@@ -30,7 +30,10 @@ first (`RecordBatch.serialize`) copies it into fresh memory, and on this VM touc
 memory costs more than the write: 3 M sim.disks rows (328 MB of IPC) took 0.6-0.8 s to
 serialize and write against 0.10-0.16 s written this way (docs/bench/records-ingest.md).
 The sink holds a message's buffers until it ends, checksums them (zlib.crc32 over the
-same memory, no copy), then writes the frame header and the buffers.
+same memory, no copy), then writes the frame header and the buffers.  The checksum is
+what frames cost: one flush of those 3 M rows took 0.29 s against 0.13 s unframed
+(median of 5 on this VM, zlib.crc32 at about 2 GB/s), and replaying them 0.42 s against
+0.50 s (a frame's message is decoded where it lies, no stream reader copying it).
 
 The file only ever holds whole frames below its ack mark: a flush that fails part-way
 cuts the file back to the end of the last whole frame, and the batches not written stay
