@@ -392,7 +392,9 @@ def _read_legacy(data: bytes, schema: pa.Schema) -> WalScan:
             scan.frames.append(Frame(batch, at))
         at += size
     if bad_from is not None:
-        scan.damage.append(f"bytes {bad_from}..{len(data)} do not decode")
+        scan.damage.append(f"bytes {bad_from}..{len(data)} do not decode (in a file written "
+                           "before frames a crash's torn last write looks the same: there "
+                           "is no ack mark to tell)")
     return scan
 
 
