@@ -60,7 +60,7 @@ from .portion import (
     portion_name,
     write_portion_file,
 )
-from .quarantine import keep_copy, wal_files
+from .quarantine import keep_copy
 from .store import PortionStore
 
 log = logging.getLogger("mlfs.records")
@@ -182,52 +182,49 @@ class RecordStore(PortionStore):
             self._wal_bytes = sum(batch.nbytes for batch in self._wal_batches)
 
     def _replay(self) -> None:
-        """Batches of write-ahead files not yet in a portion come back pending.
+        for tmp in self.directory.glob(f".{_WAL_PREFIX}*{_WAL_SUFFIX}.tmp"):
+            tmp.unlink(missing_ok=True)  # a creation cut short: it acknowledged nothing
+        super()._replay()
+
+    def _wal_pattern(self) -> str:
+        return f"{_WAL_PREFIX}*{_WAL_SUFFIX}"
+
+    def _wal_seq_of(self, path: Path) -> int | None:
+        return _seq(path)
+
+    def _replay_file(self, wal: Path, newest: bool) -> int | None:
+        """Replay one framed (or pre-frame) write-ahead file; the rows buffered, or None
+        when it must stay where it is (unreadable, or its copy could not be made).
 
         Every intact batch above the newest sealed record_seq is kept, whatever lies
         around it.  A file with anything else in it (damage below its ack mark, a batch
         out of range) is copied to quarantine/, the records it should have held and does
         not are counted in `replay_lost` (the runtime's `records_lost`) and a WARNING
         says so; only a torn frame beyond the ack mark (never acknowledged) is skipped
-        with an INFO line.
+        with an INFO line.  `newest` plays no part: the ack mark tells a torn write from
+        damage in any file.
         """
-        self._tables = []
-        for tmp in self.directory.glob(f".{_WAL_PREFIX}*{_WAL_SUFFIX}.tmp"):
-            tmp.unlink(missing_ok=True)  # a creation cut short: it acknowledged nothing
-        wals = wal_files(self.directory, f"{_WAL_PREFIX}*{_WAL_SUFFIX}", _seq)
+        try:
+            data = wal.read_bytes()
+        except OSError as exc:
+            log.warning("%s: write-ahead file not readable (%s); left in place", wal, exc)
+            return None
+        scan = read_wal(data, self.schema)
+        tables, lost, problems, top = check_replay(scan, self.schema, self.last_key)
+        if problems and not self._keep_damaged(wal, data, scan, lost, problems):
+            return None
+        if scan.torn:
+            log.info("%s: a torn last frame (%d bytes, never acknowledged) skipped", wal,
+                     scan.torn)
         replayed = 0
-        for wal in wals:
-            try:
-                data = wal.read_bytes()
-            except OSError as exc:
-                log.warning("%s: write-ahead file not readable (%s); left in place", wal, exc)
-                continue
-            scan = read_wal(data, self.schema)
-            tables, lost, problems, top = check_replay(scan, self.schema, self.last_key)
-            if problems and not self._keep_damaged(wal, data, scan, lost, problems):
-                continue  # left on disk, outside any batch: the next start tries again
-            if scan.torn:
-                log.info("%s: a torn last frame (%d bytes, never acknowledged) skipped", wal,
-                         scan.torn)
-            for table in tables:
-                self._buffer_table(table, int(table.column(0)[-1].as_py()))
-                replayed += table.num_rows
-            if top is not None and (self.last_key is None or top > self.last_key):
-                # the lost records' numbers are not given to new ones: a record_seq
-                # names one record, the one in the quarantine copy if anywhere
-                self.last_key = top
-            self._wal_paths.append(wal)
-        if wals:
-            self._wal_seq = _seq(wals[-1]) + 1
-        if replayed:
-            log.info("%s: %d records recovered from the write-ahead files", self.directory,
-                     replayed)
-        else:
-            for wal in self._wal_paths:
-                wal.unlink(missing_ok=True)
-            self._wal_paths = []
-        if self._wal_paths:
-            self.watch.dirty.add(self)
+        for table in tables:
+            self._buffer_table(table, int(table.column(0)[-1].as_py()))
+            replayed += table.num_rows
+        if top is not None and (self.last_key is None or top > self.last_key):
+            # the lost records' numbers are not given to new ones: a record_seq names
+            # one record, the one in the quarantine copy if anywhere
+            self.last_key = top
+        return replayed
 
     def _keep_damaged(self, wal: Path, data: bytes, scan: WalScan, lost: int,
                       problems: list[str]) -> bool:

@@ -130,48 +130,74 @@ class PortionStore:
     def _replay(self) -> None:
         """Rows of write-ahead files not yet in a portion come back pending.
 
-        The files are kept: they hold those rows until the next portion is
-        durable (rewriting them would need space a full disk may not have).
+        The one replay path of both kinds of store: the files are listed (anything not
+        a regular file moved to quarantine/, `wal_files`), each is read by the store's
+        codec (`_replay_file`: JSON lines here, Arrow frames in a record store), and
+        the files are kept: they hold those rows until the next portion is durable
+        (rewriting them would need space a full disk may not have).  When no row came
+        back, every row is in a portion or in quarantine already, and they go.
         """
-        wals = wal_files(self.directory, WAL_PREFIX + "*.jsonl", wal_seq)
-        floor = self.last_key  # keys rise: a row at or below it is already kept
+        wals = wal_files(self.directory, self._wal_pattern(), self._wal_seq_of)
         replayed = 0
         for index, wal in enumerate(wals):
-            bad: list[bytes] = []
-            with open(wal, "rb") as fh:
-                lines = fh.read().split(b"\n")
-            torn = lines.pop()  # after the last newline: b"" or a line never finished
-            if torn and index == len(wals) - 1:
-                log.info("%s: a torn last line (%d bytes, never acknowledged) skipped",
-                         wal, len(torn))
-            elif torn:
-                bad.append(torn)
-            for raw in lines:
-                row, why = check_line(raw, self._types)
-                if row is None:
-                    bad.append(raw)
-                    log.error("%s: write-ahead line refused (%s): %.200r", wal, why, raw)
-                    continue
-                key = row.get(self.key)
-                if key is not None:
-                    if floor is not None and key <= floor:
-                        continue  # sealed already
-                    floor = key
-                self._buffer(row)
-                replayed += 1
-            if bad and not self._quarantine_lines(wal.name, bad):
+            rows = self._replay_file(wal, newest=index == len(wals) - 1)
+            if rows is None:
                 continue  # left on disk, outside any batch: the next start tries again
+            replayed += rows
             self._wal_paths.append(wal)
         if wals:
-            self._wal_seq = wal_seq(wals[-1]) + 1
+            self._wal_seq = self._wal_seq_of(wals[-1]) + 1
         if replayed:
-            log.info("%s: %d rows recovered from the write-ahead file", self.directory, replayed)
-        else:  # every row is in a portion or in quarantine already
+            log.info("%s: %d rows recovered from the write-ahead files", self.directory,
+                     replayed)
+        else:
             for wal in self._wal_paths:
                 wal.unlink(missing_ok=True)
             self._wal_paths = []
         if self._wal_paths:
             self.watch.dirty.add(self)
+
+    def _wal_pattern(self) -> str:
+        """The glob naming this store's write-ahead files."""
+        return WAL_PREFIX + "*.jsonl"
+
+    def _wal_seq_of(self, path: Path) -> int | None:
+        """A write-ahead file's number, None for a name that is not one."""
+        return wal_seq(path)
+
+    def _replay_file(self, wal: Path, newest: bool) -> int | None:
+        """Replay one JSON-lines write-ahead file: the rows buffered, or None when the
+        file must stay where it is (its refused lines could not be quarantined).
+
+        A line has no ack mark: only the newest file's torn last line can be a write
+        that never returned (every older file was written before a newer one began)."""
+        floor = self.last_key  # keys rise: a row at or below it is already kept
+        bad: list[bytes] = []
+        replayed = 0
+        with open(wal, "rb") as fh:
+            lines = fh.read().split(b"\n")
+        torn = lines.pop()  # after the last newline: b"" or a line never finished
+        if torn and newest:
+            log.info("%s: a torn last line (%d bytes, never acknowledged) skipped",
+                     wal, len(torn))
+        elif torn:
+            bad.append(torn)
+        for raw in lines:
+            row, why = check_line(raw, self._types)
+            if row is None:
+                bad.append(raw)
+                log.error("%s: write-ahead line refused (%s): %.200r", wal, why, raw)
+                continue
+            key = row.get(self.key)
+            if key is not None:
+                if floor is not None and key <= floor:
+                    continue  # sealed already
+                floor = key
+            self._buffer(row)
+            replayed += 1
+        if bad and not self._quarantine_lines(wal.name, bad):
+            return None
+        return replayed
 
     def _quarantine_lines(self, name: str, lines: list[bytes]) -> bool:
         """Keep lines no portion can hold beside the store (idempotent per WAL)."""
