@@ -57,13 +57,13 @@ from .portion import (
 )
 from .quarantine import (
     ENCODE_ERRORS,
-    check_line,
     quarantine,
     row_lines,
     split_unencodable,
     wal_files,
 )
 from .shipped import ShippedCursors
+from .wal_lines import read_lines
 
 log = logging.getLogger("mlfs.store")
 
@@ -166,28 +166,22 @@ class PortionStore:
         return wal_seq(path)
 
     def _replay_file(self, wal: Path, newest: bool) -> int | None:
-        """Replay one JSON-lines write-ahead file: the rows buffered, or None when the
-        file must stay where it is (its refused lines could not be quarantined).
-
-        A line has no ack mark: only the newest file's torn last line can be a write
-        that never returned (every older file was written before a newer one began)."""
+        """Replay one JSON-lines write-ahead file (wal_lines.py): the rows buffered, or
+        None when the file must stay where it is (unreadable, or its refused lines
+        could not be quarantined)."""
+        try:
+            scan = read_lines(wal.read_bytes(), self._types, newest)
+        except OSError as exc:
+            log.warning("%s: write-ahead file not readable (%s); left in place", wal, exc)
+            return None
+        if scan.torn:
+            log.info("%s: a torn last line (%d bytes, never acknowledged) skipped", wal,
+                     scan.torn)
+        for raw, why in scan.bad:
+            log.error("%s: write-ahead line refused (%s): %.200r", wal, why, raw)
         floor = self.last_key  # keys rise: a row at or below it is already kept
-        bad: list[bytes] = []
         replayed = 0
-        with open(wal, "rb") as fh:
-            lines = fh.read().split(b"\n")
-        torn = lines.pop()  # after the last newline: b"" or a line never finished
-        if torn and newest:
-            log.info("%s: a torn last line (%d bytes, never acknowledged) skipped",
-                     wal, len(torn))
-        elif torn:
-            bad.append(torn)
-        for raw in lines:
-            row, why = check_line(raw, self._types)
-            if row is None:
-                bad.append(raw)
-                log.error("%s: write-ahead line refused (%s): %.200r", wal, why, raw)
-                continue
+        for row in scan.rows:
             key = row.get(self.key)
             if key is not None:
                 if floor is not None and key <= floor:
@@ -195,8 +189,8 @@ class PortionStore:
                 floor = key
             self._buffer(row)
             replayed += 1
-        if bad and not self._quarantine_lines(wal.name, bad):
-            return None
+        if scan.bad and not self._quarantine_lines(wal.name, [raw for raw, _ in scan.bad]):
+            return None  # its rows are pending; the file stays for the next start
         return replayed
 
     def _quarantine_lines(self, name: str, lines: list[bytes]) -> bool:
