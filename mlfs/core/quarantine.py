@@ -1,14 +1,26 @@
-"""Rows no portion can hold: checked, split off and kept beside the store, never dropped.
+"""What no portion can hold: checked, split off and kept beside the store, never dropped.
 
-A write-ahead line that is not a row of the store's schema (damaged, or written
-by another version) and a row pyarrow can never encode (a value out of its
-column's range or of the wrong type) go to the store's `quarantine/` directory
-as JSON lines, where an operator can read them; the store counts and logs them.
+One rule for both kinds of write-ahead file (a tick store's JSON lines, a record store's
+Arrow frames): whatever cannot be replayed goes to the store's `quarantine/` directory,
+where an operator can read it, and the store counts and logs it.
+
+- A write-ahead line that is not a row of the store's schema (damaged, or written by
+  another version) and a row pyarrow can never encode (a value out of its column's range
+  or of the wrong type) are kept as JSON lines (`quarantine`).
+- A damaged write-ahead file whose damage is not per line (a record store's frames) is
+  kept whole, byte for byte (`keep_copy`).
+- Something in a write-ahead file's place that is not a regular file (a directory, a
+  FIFO, a symlink) is moved there as it is (`wal_files`): reading it could fail, block or
+  lead outside the state directory, and the mount must come up.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
+import stat
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -20,6 +32,8 @@ QUARANTINE_DIR = "quarantine"
 ENCODE_ERRORS = (ValueError, OverflowError, TypeError, pa.ArrowInvalid, pa.ArrowTypeError,
                  pa.ArrowNotImplementedError)
 _INT64 = 1 << 63
+
+log = logging.getLogger("mlfs.store")
 
 
 def check_line(raw: bytes, types: dict[str, pa.DataType]) -> tuple[dict | None, str]:
@@ -69,6 +83,66 @@ def quarantine(directory: Path, name: str, lines: list[bytes]) -> Path:
     target.parent.mkdir(exist_ok=True)
     write_durably(target, b"".join(line + b"\n" for line in lines))
     return target
+
+
+def keep_copy(directory: Path, name: str, data: bytes) -> Path:
+    """Keep `data` (a damaged file's bytes) as `directory/quarantine/name`, durably.
+
+    Idempotent: a copy with the same bytes is reused (a store that crashes again before
+    its next seal replays the same damaged file); a different one already there keeps
+    its name and this one is numbered (`name.1`, ...).
+    """
+    folder = directory / QUARANTINE_DIR
+    folder.mkdir(exist_ok=True)
+    target, number = folder / name, 0
+    while True:
+        try:
+            if target.read_bytes() == data:
+                return target
+        except FileNotFoundError:
+            break
+        except OSError:
+            pass  # a directory moved aside by wal_files, say: not ours to compare
+        number += 1
+        target = folder / f"{name}.{number}"
+    write_durably(target, data)
+    return target
+
+
+def wal_files(directory: Path, pattern: str, seq: Callable[[Path], int | None]
+              ) -> list[Path]:
+    """The store's write-ahead files matching `pattern`, oldest first (by `seq`).
+
+    An entry of that name that is not a regular file is moved into quarantine/ (or
+    left, when even that fails) and not returned, with a WARNING either way.
+    """
+    found = []
+    for path in directory.glob(pattern):
+        if seq(path) is None:
+            continue
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            continue
+        if stat.S_ISREG(mode):
+            found.append(path)
+            continue
+        kind = "a directory" if stat.S_ISDIR(mode) else "a symlink" if stat.S_ISLNK(mode) \
+            else "not a regular file"
+        try:
+            (directory / QUARANTINE_DIR).mkdir(exist_ok=True)
+            target = directory / QUARANTINE_DIR / path.name
+            number = 0
+            while os.path.lexists(target):
+                number += 1
+                target = directory / QUARANTINE_DIR / f"{path.name}.{number}"
+            os.rename(path, target)
+        except OSError as exc:
+            log.warning("%s is %s, not a write-ahead file; skipped (not moved aside: %s)",
+                        path, kind, exc)
+            continue
+        log.warning("%s is %s, not a write-ahead file; moved to %s", path, kind, target)
+    return sorted(found, key=seq)
 
 
 def row_lines(rows: list[dict]) -> list[bytes]:

@@ -126,7 +126,9 @@ class SubsystemRuntime:
             self.records = RecordStore(self.directory / "records", subsystem.records,
                                        mount.config.store.records(), self.watch, "records")
             self.records.owner = StoreOwner(self.name, "portion", f"{self.name}/records")
-        self.records_lost = 0
+        #: records lost, from the source's own count, a full store, or the write-ahead
+        #: files' damage found at start-up
+        self.records_lost = self.records.replay_lost if self.records is not None else 0
         self.records_refused = 0
         #: `report` events sent, by kind (a backend keeping reports: `publishes_reports`)
         self.reports_by_kind: collections.Counter[str] = collections.Counter()

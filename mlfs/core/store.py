@@ -55,8 +55,15 @@ from .portion import (
     wal_seq,
     write_portion_file,
 )
-from .quarantine import ENCODE_ERRORS, check_line, quarantine, row_lines, split_unencodable
+from .quarantine import (
+    ENCODE_ERRORS,
+    quarantine,
+    row_lines,
+    split_unencodable,
+    wal_files,
+)
 from .shipped import ShippedCursors
+from .wal_lines import read_lines
 
 log = logging.getLogger("mlfs.store")
 
@@ -123,49 +130,68 @@ class PortionStore:
     def _replay(self) -> None:
         """Rows of write-ahead files not yet in a portion come back pending.
 
-        The files are kept: they hold those rows until the next portion is
-        durable (rewriting them would need space a full disk may not have).
+        The one replay path of both kinds of store: the files are listed (anything not
+        a regular file moved to quarantine/, `wal_files`), each is read by the store's
+        codec (`_replay_file`: JSON lines here, Arrow frames in a record store), and
+        the files are kept: they hold those rows until the next portion is durable
+        (rewriting them would need space a full disk may not have).  When no row came
+        back, every row is in a portion or in quarantine already, and they go.
         """
-        wals = sorted((p for p in self.directory.glob(WAL_PREFIX + "*.jsonl")
-                       if wal_seq(p) is not None), key=wal_seq)
-        floor = self.last_key  # keys rise: a row at or below it is already kept
+        wals = wal_files(self.directory, self._wal_pattern(), self._wal_seq_of)
         replayed = 0
         for index, wal in enumerate(wals):
-            bad: list[bytes] = []
-            with open(wal, "rb") as fh:
-                lines = fh.read().split(b"\n")
-            torn = lines.pop()  # after the last newline: b"" or a line never finished
-            if torn and index == len(wals) - 1:
-                log.info("%s: a torn last line (%d bytes, never acknowledged) skipped",
-                         wal, len(torn))
-            elif torn:
-                bad.append(torn)
-            for raw in lines:
-                row, why = check_line(raw, self._types)
-                if row is None:
-                    bad.append(raw)
-                    log.error("%s: write-ahead line refused (%s): %.200r", wal, why, raw)
-                    continue
-                key = row.get(self.key)
-                if key is not None:
-                    if floor is not None and key <= floor:
-                        continue  # sealed already
-                    floor = key
-                self._buffer(row)
-                replayed += 1
-            if bad and not self._quarantine_lines(wal.name, bad):
+            rows = self._replay_file(wal, newest=index == len(wals) - 1)
+            if rows is None:
                 continue  # left on disk, outside any batch: the next start tries again
+            replayed += rows
             self._wal_paths.append(wal)
         if wals:
-            self._wal_seq = wal_seq(wals[-1]) + 1
+            self._wal_seq = self._wal_seq_of(wals[-1]) + 1
         if replayed:
-            log.info("%s: %d rows recovered from the write-ahead file", self.directory, replayed)
-        else:  # every row is in a portion or in quarantine already
+            log.info("%s: %d rows recovered from the write-ahead files", self.directory,
+                     replayed)
+        else:
             for wal in self._wal_paths:
                 wal.unlink(missing_ok=True)
             self._wal_paths = []
         if self._wal_paths:
             self.watch.dirty.add(self)
+
+    def _wal_pattern(self) -> str:
+        """The glob naming this store's write-ahead files."""
+        return WAL_PREFIX + "*.jsonl"
+
+    def _wal_seq_of(self, path: Path) -> int | None:
+        """A write-ahead file's number, None for a name that is not one."""
+        return wal_seq(path)
+
+    def _replay_file(self, wal: Path, newest: bool) -> int | None:
+        """Replay one JSON-lines write-ahead file (wal_lines.py): the rows buffered, or
+        None when the file must stay where it is (unreadable, or its refused lines
+        could not be quarantined)."""
+        try:
+            scan = read_lines(wal.read_bytes(), self._types, newest)
+        except OSError as exc:
+            log.warning("%s: write-ahead file not readable (%s); left in place", wal, exc)
+            return None
+        if scan.torn:
+            log.info("%s: a torn last line (%d bytes, never acknowledged) skipped", wal,
+                     scan.torn)
+        for raw, why in scan.bad:
+            log.error("%s: write-ahead line refused (%s): %.200r", wal, why, raw)
+        floor = self.last_key  # keys rise: a row at or below it is already kept
+        replayed = 0
+        for row in scan.rows:
+            key = row.get(self.key)
+            if key is not None:
+                if floor is not None and key <= floor:
+                    continue  # sealed already
+                floor = key
+            self._buffer(row)
+            replayed += 1
+        if scan.bad and not self._quarantine_lines(wal.name, [raw for raw, _ in scan.bad]):
+            return None  # its rows are pending; the file stays for the next start
+        return replayed
 
     def _quarantine_lines(self, name: str, lines: list[bytes]) -> bool:
         """Keep lines no portion can hold beside the store (idempotent per WAL)."""

@@ -6,8 +6,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from mlfs.core.arrow_wal import read_wal
 from mlfs.core.portion import StorePolicy
-from mlfs.core.records import RecordsRefused, RecordStore, to_table
+from mlfs.core.records import RecordsRefused, RecordStore, record_schema, to_table
 
 FIELDS = {"device": "string", "sector": "uint64", "latency_us": "float64", "ok": "bool"}
 
@@ -24,6 +25,13 @@ def _batch(n: int, start: int = 0) -> np.ndarray:
 
 def _store(path, **policy) -> RecordStore:
     return RecordStore(path, FIELDS, StorePolicy(**policy))
+
+
+def _rows_per_frame(wal) -> list[int]:
+    """The batches a write-ahead file holds, as their row counts, read as replay reads."""
+    scan = read_wal(wal.read_bytes(), record_schema(FIELDS))
+    assert not scan.damage and not scan.torn
+    return [frame.batch.num_rows for frame in scan.frames]
 
 
 def test_batches_are_numbered_across_ticks_and_sealed_into_one_portion(tmp_path):
@@ -60,14 +68,17 @@ def test_a_crash_before_the_seal_loses_nothing_and_keeps_the_numbering(tmp_path)
 def test_a_torn_last_batch_is_skipped_and_earlier_batches_are_kept(tmp_path):
     store = _store(tmp_path)
     store.append_table(to_table(_batch(10), FIELDS), tick=1)
-    store.append_table(to_table(_batch(10, 10), FIELDS), tick=2)
     assert store.flush_wal()
     wal = next(tmp_path.glob("wal.*.arrows"))
-    data = wal.read_bytes()
-    wal.write_bytes(data[:-9])  # the second batch's write never finished
+    before = wal.read_bytes()
+    store.append_table(to_table(_batch(10, 10), FIELDS), tick=2)
+    assert store.flush_wal()
+    # the second flush's write never finished: its frame is cut, the ack mark is the first's
+    wal.write_bytes(before + wal.read_bytes()[len(before):-9])
     again = _store(tmp_path)
     assert again.pending == 10
     assert again.next_seq() == 10
+    assert again.replay_lost == 0 and not (tmp_path / "quarantine").exists()
 
 
 def test_a_batch_that_does_not_match_the_declared_fields_is_refused_whole(tmp_path):
@@ -99,8 +110,7 @@ def test_batches_flushed_one_at_a_time_make_one_stream_that_replays_whole(tmp_pa
         store.append_table(to_table(_batch(100, 100 * tick), FIELDS), tick=tick)
         assert store.flush_wal()
     (wal,) = tmp_path.glob("wal.*.arrows")
-    reader = pa.ipc.open_stream(wal.read_bytes())
-    assert [b.num_rows for b in reader] == [100] * 5, "one schema message, then the batches"
+    assert _rows_per_frame(wal) == [100] * 5, "one schema frame, then the batches"
     again = _store(tmp_path)
     assert again.pending == 500 and again.next_seq() == 500
     portion = again.seal_now()
@@ -132,11 +142,11 @@ def test_a_flush_that_fails_midway_keeps_whole_batches_and_the_retry_completes_t
     assert not store.flush_wal()
     assert store.error == (errno.ENOSPC, "ENOSPC")
     (wal,) = tmp_path.glob("wal.*.arrows")
-    assert [b.num_rows for b in pa.ipc.open_stream(wal.read_bytes())] == [100], \
+    assert _rows_per_frame(wal) == [100], \
         "the torn batch is cut off: the file holds whole batches only"
     monkeypatch.setattr(arrow_wal.os, "write", real_write)
     assert store.flush_wal() and store.error is None
-    assert [b.num_rows for b in pa.ipc.open_stream(wal.read_bytes())] == [100] * 3
+    assert _rows_per_frame(wal) == [100] * 3
     again = _store(tmp_path)  # a crash now loses nothing
     assert again.pending == 300
     assert pq.read_table(again.seal_now().path).column("record_seq").to_pylist() == \
@@ -173,10 +183,13 @@ def test_a_tear_that_cannot_be_cut_off_closes_that_file_and_nothing_is_lost(
     store.append_table(to_table(_batch(100, 200), FIELDS), tick=3)
     assert store.flush_wal()
     torn, fresh = sorted(tmp_path.glob("wal.*.arrows"))
-    assert [b.num_rows for b in pa.ipc.open_stream(fresh.read_bytes())] == [100, 100], \
+    assert _rows_per_frame(fresh) == [100, 100], \
         "the batches not written go to a new file, never after the tear"
+    assert read_wal(torn.read_bytes(), record_schema(FIELDS)).torn, "the tear stays"
     again = _store(tmp_path)  # a crash now: the torn file's whole batch, then the new file
     assert again.pending == 300
-    assert (tmp_path / "quarantine" / torn.name).exists(), "the torn file is kept aside"
+    # the tear lies past the torn file's ack mark: that write never returned, and its
+    # batch went to the new file; nothing was lost, so nothing is set aside or counted
+    assert again.replay_lost == 0 and not (tmp_path / "quarantine").exists()
     assert sorted(pq.read_table(again.seal_now().path).column("sector").to_pylist()) == \
         list(range(300))
