@@ -199,3 +199,105 @@ def test_an_action_in_uninterruptible_sleep_never_holds_the_emergency_switch(mou
         if mount is not None:
             mount.kill()
         disk.stop()
+
+
+def _processes(marker: str) -> list[int]:
+    """Pids of live processes whose argv holds `marker` (a number no other process uses)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+                state = (entry / "stat").read_bytes().rsplit(b")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if marker.encode() in argv and state != b"Z":
+                out.append(int(entry.name))
+    return out
+
+
+def _kill_all(marker: str) -> None:
+    for pid in _processes(marker):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _count(mount: Mount, status: str) -> int:
+    for line in (mount.mountpoint / "metrics").read_text().splitlines():
+        if line.startswith(f'mlfs_actions_total{{status="{status}"}}'):
+            return int(float(line.split()[-1]))
+    return 0
+
+
+def test_at_most_four_commands_live_counting_every_process_they_started(mount_root,
+                                                                         tmp_path):
+    """Red team A7: `sleep & exit 0` let 50 commands live at once, since the bound counted
+    direct children.  A command lives while any process it started lives."""
+    marker = "31.4159"
+    script = _script(tmp_path / "bg", f"sleep {marker} &\nexit 0\n")
+    mount = _sim_mount(mount_root, script, timeout=600, drives=50)
+    try:
+        model = _predictor(mount)
+        lines = "".join(f"drive_id={d} target=failure p=1\n" for d in range(50))
+        assert write_errno(model / "recommend", lines.encode()) == 0
+        wait_for(lambda: len(_processes(marker)) > 4 or _count(mount, "skipped") >= 150,
+                 timeout=120, what="commands started or skipped")
+        assert len(_processes(marker)) <= 4
+    finally:
+        mount.kill()
+        _kill_all(marker)
+
+
+def test_a_daemonizing_command_is_killed_at_its_timeout(mount_root, tmp_path):
+    """Red team A10: `setsid sleep &` left its session and process group and outlived the
+    timeout.  Its cgroup holds it, so it is killed with the command."""
+    marker = "27.1828"
+    script = _script(tmp_path / "daemon", f"setsid sleep {marker} &\nexit 0\n")
+    mount = _sim_mount(mount_root, script, timeout=1.0)
+    try:
+        model = _predictor(mount)
+        assert write_errno(model / "recommend", b"drive_id=1 target=failure p=1\n") == 0
+        wait_for(lambda: "action target=" in (model / "alerts").read_text(), timeout=60,
+                 what="the command's end")
+        assert "killed" in (model / "alerts").read_text()
+        wait_for(lambda: not _processes(marker), timeout=30, what="the setsid'ed sleep gone")
+    finally:
+        mount.kill()
+        _kill_all(marker)
+
+
+def test_a_daemonizing_command_dies_with_the_mount(mount_root, tmp_path):
+    """Red team A10: the setsid'ed grandchild also outlived `mlfs umount`."""
+    marker = "16.1803"
+    script = _script(tmp_path / "daemon", f"setsid sleep {marker} &\nexit 0\n")
+    mount = _sim_mount(mount_root, script, timeout=600)
+    try:
+        model = _predictor(mount)
+        assert write_errno(model / "recommend", b"drive_id=1 target=failure p=1\n") == 0
+        wait_for(lambda: _processes(marker), timeout=60, what="the command's sleep")
+        mount.kill(signal.SIGTERM)
+        wait_for(lambda: not _processes(marker), timeout=30, what="the sleep gone at umount")
+    finally:
+        mount.kill()
+        _kill_all(marker)
+
+
+def test_a_finished_command_is_reported_while_its_model_is_stopped(mount_root, tmp_path):
+    """Issue 51: commands were reaped only from a predictor's records, so a command that
+    ended after its model stopped was never reported.  The exchange reaps every tick."""
+    running, gate = tmp_path / "running", tmp_path / "gate"
+    script = _script(tmp_path / "wait", f"touch {running}\n"
+                     f"while [ ! -e {gate} ]; do sleep 0.05; done\n")
+    mount = _sim_mount(mount_root, script, timeout=600)
+    try:
+        model = _predictor(mount)
+        assert write_errno(model / "recommend", b"drive_id=1 target=failure p=1\n") == 0
+        wait_for(running.exists, timeout=60, what="the command running")
+        assert write_errno(model / "control", b"stop\n") == 0
+        gate.touch()
+        wait_for(lambda: "exited exit=0" in (model / "alerts").read_text(), timeout=60,
+                 what="the command's end reported")
+    finally:
+        mount.kill()
