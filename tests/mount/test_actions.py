@@ -202,7 +202,8 @@ def test_an_action_in_uninterruptible_sleep_never_holds_the_emergency_switch(mou
 
 
 def _processes(marker: str) -> list[int]:
-    """Pids of live processes whose argv holds `marker` (a number no other process uses)."""
+    """Pids of live processes whose argv holds `marker` (a number no other process uses;
+    as a sleep's length, longer than any test waits, so only a kill ends it)."""
     out = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -235,7 +236,7 @@ def test_at_most_four_commands_live_counting_every_process_they_started(mount_ro
                                                                          tmp_path):
     """Red team A7: `sleep & exit 0` let 50 commands live at once, since the bound counted
     direct children.  A command lives while any process it started lives."""
-    marker = "31.4159"
+    marker = "3141.59"
     script = _script(tmp_path / "bg", f"sleep {marker} &\nexit 0\n")
     mount = _sim_mount(mount_root, script, timeout=600, drives=50)
     try:
@@ -253,7 +254,7 @@ def test_at_most_four_commands_live_counting_every_process_they_started(mount_ro
 def test_a_daemonizing_command_is_killed_at_its_timeout(mount_root, tmp_path):
     """Red team A10: `setsid sleep &` left its session and process group and outlived the
     timeout.  Its cgroup holds it, so it is killed with the command."""
-    marker = "27.1828"
+    marker = "2718.28"
     script = _script(tmp_path / "daemon", f"setsid sleep {marker} &\nexit 0\n")
     mount = _sim_mount(mount_root, script, timeout=1.0)
     try:
@@ -270,7 +271,7 @@ def test_a_daemonizing_command_is_killed_at_its_timeout(mount_root, tmp_path):
 
 def test_a_daemonizing_command_dies_with_the_mount(mount_root, tmp_path):
     """Red team A10: the setsid'ed grandchild also outlived `mlfs umount`."""
-    marker = "16.1803"
+    marker = "1618.03"
     script = _script(tmp_path / "daemon", f"setsid sleep {marker} &\nexit 0\n")
     mount = _sim_mount(mount_root, script, timeout=600)
     try:
