@@ -89,6 +89,16 @@ def _proc_ids(pid: int) -> tuple[int, int] | None:
     return int(fields[2]), int(fields[3])
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _session_members(leader: int) -> list[int]:
     """Processes in `leader`'s process group or session (the fallback without cgroups)."""
     out = []
@@ -131,6 +141,7 @@ class Cgroups:
         if where is None:
             return cls(None)
         base = where / f"mlfs-actions.{os.getpid()}"
+        cls._clear_stale(where)
         try:
             base.mkdir(exist_ok=True)
         except OSError as exc:
@@ -139,6 +150,29 @@ class Cgroups:
                         base, exc.strerror or exc)
             return cls(None)
         return cls(base)
+
+    @staticmethod
+    def _clear_stale(where: Path) -> None:
+        """The cgroups of daemons that died without unmounting (SIGKILL, a crash): their
+        commands are killed now, as an unmount would have, and the directories removed.
+        A directory whose daemon's pid is alive is left alone (another mount's)."""
+        try:
+            stale = [p for p in where.glob("mlfs-actions.*")
+                     if p.suffix[1:].isdigit() and not _pid_alive(int(p.suffix[1:]))]
+        except OSError:
+            return
+        for base in stale:
+            runs = [p for p in base.iterdir() if p.is_dir()] if base.is_dir() else []
+            for run in runs:
+                group = Group(0, run)
+                if group.members():
+                    log.warning("actions: killing %s left by a daemon that is gone", run)
+                    group.kill()
+                group.remove()
+            try:
+                base.rmdir()
+            except OSError:
+                pass  # a process in D state: removed by a later mount
 
     def make(self) -> Path | None:
         if self.base is None:
@@ -189,15 +223,16 @@ class Group:
                 (self.cgroup / "cgroup.kill").write_text("1\n")  # cgroup v2, 5.14+
             except OSError:
                 pass
-        for pid in [self.leader, *self.members()]:
+        for pid in [self.leader, *self.members()] if self.leader else self.members():
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        try:
-            os.killpg(self.leader, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        if self.leader:
+            try:
+                os.killpg(self.leader, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
     def remove(self) -> None:
         if self.cgroup is not None:
@@ -246,15 +281,20 @@ class ActionRunner:
         #: commands by how they ended or why they did not start: exited, killed,
         #: abandoned, failed, skipped, limited, unremembered
         self.counts: collections.Counter[str] = collections.Counter()
+        #: the token bucket: refilled at this rate, holding at most `burst` starts
         self.spawns_per_minute = float(spawns_per_minute)
-        self._burst = max(1.0, min(self.spawns_per_minute, float(MAX_RUNNING * 2)))
-        self._tokens = self._burst
+        self._tokens = self.burst
         self._refilled = time.monotonic()
         self._logged: dict[str, float] = {}
         #: (reason, shown) -> the mount's root `errors` (the exchange's)
         self._problem = problem or (lambda reason, shown: None)
         self._cgroups = cgroups if cgroups is not None else (
             Cgroups.find() if self.actions else Cgroups(None))
+
+    @property
+    def burst(self) -> float:
+        """Starts the bucket holds: twice MAX_RUNNING, less for a rate below that."""
+        return max(1.0, min(self.spawns_per_minute, float(MAX_RUNNING * 2)))
 
     def configured(self, subsystem: str) -> bool:
         return subsystem in self.actions
@@ -360,7 +400,7 @@ class ActionRunner:
 
     def _take_token(self, now: float) -> bool:
         rate = self.spawns_per_minute / 60.0
-        self._tokens = min(self._burst, self._tokens + (now - self._refilled) * rate)
+        self._tokens = min(self.burst, self._tokens + (now - self._refilled) * rate)
         self._refilled = now
         if self._tokens < 1.0:
             return False
