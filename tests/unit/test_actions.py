@@ -51,3 +51,39 @@ def test_a_full_table_refuses_new_entities_instead_of_forgetting_one_early(runne
     assert runner.counts["unremembered"] == 1
     assert not _run(runner, "a", ended), "a ran again within its interval"
     assert ended == ["exited", "exited", "exited", "unremembered"]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        return False
+
+
+def test_without_cgroups_a_command_lives_while_its_process_group_does_and_dies_whole(
+        tmp_path):
+    """Where cgroups are not writable (a container), the process group and session stand
+    in: a backgrounded child keeps the command alive (it counts against MAX_RUNNING) and
+    the timeout kills it with the command.  (A `setsid` grandchild leaves both: only a
+    cgroup holds it.)"""
+    runner = ActionRunner({"s": {"action": ["/bin/sh", "-c", "sleep 4321.5 & echo $! > $1",
+                                            "sh"], "action_timeout_seconds": 3600}},
+                          cgroups=actions.Cgroups(None))
+    pidfile = tmp_path / "sleep.pid"
+    try:
+        assert runner.start("s", str(pidfile), lambda *report: None)
+        sleep = int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(),
+                             timeout=30, what="the background sleep's pid"))
+        wait_for(lambda: runner._running[0].process.poll() is not None,  # noqa: SLF001
+                 timeout=30, what="the shell exited")
+        runner.reap()
+        assert runner.running() == 1, "its background child keeps it alive"
+        runner._running[0].deadline = 0.0  # noqa: SLF001 (its time is up)
+        runner.reap()
+        wait_for(lambda: not _alive(sleep), timeout=30, what="the sleep killed with it")
+        wait_for(lambda: runner.reap() or runner.running() == 0, timeout=30,
+                 what="the command reaped")
+        assert runner.counts["killed"] == 1
+    finally:
+        runner.close()
