@@ -278,6 +278,7 @@ class ActionRunner:
         #: (subsystem, entity) -> (when it last ran, its interval), oldest first
         self._last: dict[tuple[str, str], tuple[float, float]] = {}
         self._purged_at = -1e18
+        self._reaped_at = -1e18
         #: commands by how they ended or why they did not start: exited, killed,
         #: abandoned, failed, skipped, limited, unremembered
         self.counts: collections.Counter[str] = collections.Counter()
@@ -430,10 +431,20 @@ class ActionRunner:
             self._logged[kind] = now
             log.log(level, message, *args)
 
-    def reap(self) -> None:
+    def reap(self, every: float = 0.0) -> None:
         """Record the commands that ended, kill those past their time, abandon those that
-        would not die.  Never blocks: waitpid WNOHANG and a read of the process list."""
+        would not die.  Never blocks: waitpid WNOHANG and a read of the process list.
+
+        `every`: do nothing if the last reap was less than this many seconds ago (the
+        exchange reaps on every tick of every subsystem, some ticking 50 times a second;
+        without cgroups a look at a command whose shell exited is a walk of /proc).
+        """
         now = time.monotonic()
+        if not self._running and not self.abandoned:
+            return
+        if now - self._reaped_at < every:
+            return
+        self._reaped_at = now
         still = []
         for run in self._running:
             if run.code is None:

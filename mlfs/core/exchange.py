@@ -33,6 +33,9 @@ from .statedir import EMERGENCY_PIN_FILE
 
 log = logging.getLogger("mlfs.exchange")
 
+#: seconds between two reaps of the action commands (at most; each tick offers one)
+REAP_EVERY = 0.1
+
 
 class Exchange:
     """All subsystems of one mount, the event bus and the counters."""
@@ -194,7 +197,7 @@ class Exchange:
 
     async def _one_tick(self, runtime: SubsystemRuntime) -> None:
         try:  # a mount-wide service: never waits, and never depends on a model's records
-            self.mount.actions.reap()
+            self.mount.actions.reap(every=REAP_EVERY)
         except Exception:
             log.exception("actions: reap failed")
         if runtime.watch.full():
