@@ -66,6 +66,8 @@ DEFAULT_SPAWNS_PER_MINUTE = 60
 KILL_GRACE = 5.0
 #: abandoned commands still alive before no new command starts (something is badly stuck)
 MAX_ABANDONED = 8
+#: seconds within which the alerts of one tick share one reap
+START_REAP_EVERY = 0.02
 #: seconds between two log lines about refusals of the same kind (the count is in metrics)
 LOG_EVERY = 10.0
 
@@ -326,13 +328,13 @@ class ActionRunner:
         spec = self.actions.get(subsystem)
         if spec is None:
             return False
-        self.reap()
         now = time.monotonic()
         key = (subsystem, argument)
         every = float(spec.get("action_every_seconds", DEFAULT_EVERY))
         last = self._last.get(key)
         if last is not None and now - last[0] < last[1]:
             return False  # ran for this entity recently: the alert alone stands
+        self.reap(every=START_REAP_EVERY)  # one look serves a tick's storm of alerts
         if last is None and len(self._last) >= MAX_REMEMBERED and not self._purge(now):
             return self._refuse("unremembered", report, f"{MAX_REMEMBERED} entities ran "
                                 "within their action_every_seconds; a new one waits")
