@@ -218,19 +218,25 @@ class Group:
                 return []
         return _session_members(self.leader)
 
-    def kill(self) -> None:
-        """SIGKILL every process of it; returns at once (a process in D dies later)."""
+    def kill(self, leader_reaped: bool = False) -> None:
+        """SIGKILL every process of it; returns at once (a process in D dies later).
+
+        Once the leader was reaped (`leader_reaped`) its pid may name another process:
+        only the listed members and the process group (a pid is not reused while a
+        process group of that number has members) are signalled.
+        """
         if self.cgroup is not None:
             try:
                 (self.cgroup / "cgroup.kill").write_text("1\n")  # cgroup v2, 5.14+
             except OSError:
                 pass
-        for pid in [self.leader, *self.members()] if self.leader else self.members():
+        leader = [self.leader] if self.leader and not leader_reaped else []
+        for pid in [*leader, *self.members()]:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        if self.leader:
+        if self.leader and (not leader_reaped or self.cgroup is None):
             try:
                 os.killpg(self.leader, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
@@ -456,10 +462,10 @@ class ActionRunner:
                 self._end(run, "killed" if run.killed_at is not None else "exited", now)
                 continue
             if run.killed_at is None and now >= run.deadline:
-                run.group.kill()
+                run.group.kill(run.code is not None)
                 run.killed_at = now
             elif run.killed_at is not None:
-                run.group.kill()  # again: anything it forked before the first kill landed
+                run.group.kill(run.code is not None)  # again: what it forked meanwhile
                 if now - run.killed_at >= KILL_GRACE:
                     self._abandon(run, now)
                     continue
@@ -506,7 +512,7 @@ class ActionRunner:
         for run in self._running:
             run.deadline = 0.0
         for run in [*self._running, *self.abandoned]:
-            run.group.kill()
+            run.group.kill(run.code is not None)
         deadline = time.monotonic() + wait
         while True:
             self.reap()
@@ -514,7 +520,7 @@ class ActionRunner:
                 break
             time.sleep(0.02)
         for run in [*self._running, *self.abandoned]:
-            run.group.kill()
+            run.group.kill(run.code is not None)
             log.error("action %s: processes %s outlive the mount (killed, not gone)",
                       run.argv[0], run.group.members()[:8] or [run.process.pid])
         self._cgroups.close()
