@@ -115,6 +115,9 @@ class MountConfig:
     max_models: int = 4096
     # subsystems served at once, configured ones counted; a load beyond it gets ENOSPC
     max_subsystems: int = 64
+    # action commands started per minute over the whole mount (core/actions.py: a
+    # token bucket); an alert beyond is counted as `limited`, logged, never queued
+    action_spawns_per_minute: int = 60
     # this mount's fleet host id (docs/fleet.md); "" = minted once, kept in the state dir
     host_id: str = ""
 
@@ -218,6 +221,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "mount.metrics_port": (0, 65535),
     "mount.max_models": (1, 100_000),
     "mount.max_subsystems": (1, 4096),
+    "mount.action_spawns_per_minute": (1, 60_000),
     "store.seal_rows": (1, 10_000_000),
     # a portion at most every 0.1 s per store; at least one a year
     "store.seal_seconds": (0.1, 31_536_000),

@@ -4,21 +4,42 @@ A predictor in recommendation mode may do more than warn: for a subsystem whose
 `[[subsystem]]` table in root's configuration file names an `action` (mlfs.abi
 ACTION_SETTINGS), each alert the model raises runs that command once with the alerted
 entity (a device) as its last argument.  mlfs itself has no action that writes to a
-device; what the command does is the operator's.
+device; what the command does is the operator's.  The action belongs to the configured
+subsystem *instance*: when that instance is unloaded the action goes with it (`drop`), and
+a subsystem loaded later under the same name has none.
 
-The command runs without a shell, in a session of its own, with no input and its output
-discarded, and is bounded: at most `action_timeout_seconds` (then killed with its
-process group), at most once per `action_every_seconds` for one entity, and at most
-MAX_RUNNING at once (an alert beyond is counted as skipped, never queued); the last run
-of at most MAX_REMEMBERED entities is remembered, the oldest forgotten first.  Nothing
-waits for it: the tick loop starts it and `reap`s it on later ticks, so a hung command
-never delays a tick.  Its end is recorded as an `action` event (exit status, seconds),
-a line in the model's `alerts` file and the `mlfs_actions_total` counter.
+The command runs without a shell of the operator's choosing, with no input and its
+output discarded, in a session and process group of its own and, where the daemon may
+create cgroups, in a cgroup of its own (`Group`).  It is bounded:
+- in time: `action_timeout_seconds`, then every process of its cgroup (or its process
+  group and session) is killed; the grandchild of a `setsid sleep &` is caught by the
+  cgroup, not by the process-group fallback (it left both);
+- in processes: a command is *alive* while any process it started lives, not just the
+  direct child, and at most MAX_RUNNING commands are alive at once (an alert beyond is
+  counted as skipped, never queued); its cgroup holds at most MAX_PROCESSES processes;
+- in rate: at most `mount.action_spawns_per_minute` starts over the whole mount (a token
+  bucket; a refusal is counted as `limited` and logged), whatever the entities;
+- per entity: at most once per `action_every_seconds`.  An entity is never forgotten
+  before its interval passed: with MAX_REMEMBERED entities remembered, an alert for a
+  new one is refused (`unremembered`) rather than letting an old one run again early.
+
+Nothing waits for a command, ever: the exchange `reap`s on every tick with waitpid
+WNOHANG and a read of the cgroup's process list, both of which return at once whatever
+the process does.  A process killed at its timeout that is still there KILL_GRACE
+seconds later (uninterruptible sleep on a hung device: SIGKILL waits for the I/O) is
+*abandoned*: counted, reported in the root `errors`, the log and the model's `alerts`,
+and only looked at again (never waited for) so it is reaped if it ever ends.  The red
+team's A9 had the tick loop in `wait()` on such a process: the whole mount, and the
+emergency switch, hung for as long as the device did.
+
+A command's end is recorded as an `action` event (status, exit code, seconds), a line in
+the model's `alerts` file and the `mlfs_actions_total` counter.
 """
 
 from __future__ import annotations
 
 import collections
+import errno
 import logging
 import os
 import signal
@@ -26,39 +47,285 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 log = logging.getLogger("mlfs.actions")
 
-#: commands running at once, over the whole mount
+#: commands alive at once, over the whole mount (alive: any process of the command lives)
 MAX_RUNNING = 4
-#: entities whose last run is remembered (for `action_every_seconds`); the oldest go first
+#: processes one command may have at once (its cgroup's pids.max, where there is one)
+MAX_PROCESSES = 16
+#: entities whose last run is remembered (for `action_every_seconds`); when full, a new
+#: entity is refused until one's interval passed (never forgotten early)
 MAX_REMEMBERED = 4096
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_EVERY = 3600.0
+#: starts per minute over the whole mount (mount.action_spawns_per_minute's default)
+DEFAULT_SPAWNS_PER_MINUTE = 60
+#: seconds a killed command may take to go before it is abandoned
+KILL_GRACE = 5.0
+#: abandoned commands still alive before no new command starts (something is badly stuck)
+MAX_ABANDONED = 8
+#: seconds within which the alerts of one tick share one reap
+START_REAP_EVERY = 0.02
+#: seconds between two log lines about refusals of the same kind (the count is in metrics)
+LOG_EVERY = 10.0
+
+#: the first exec in a cgroup: wait until the daemon moved this process into the command's
+#: cgroup (one line on its stdin, a pipe), then become the command with no input.  Without
+#: the gate, a command that forks at once could leave a child outside the cgroup.  The
+#: command's argv is passed as positional parameters, never parsed by the shell.
+_GATE = 'read -r go && [ "$go" = go ] || exit 126; exec </dev/null; exec "$@"'
+
+
+def _proc_ids(pid: int) -> tuple[int, int] | None:
+    """(process group, session) of `pid` from /proc, None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2:].split()
+    if fields[0] == b"Z":  # a zombie is nothing to kill or count
+        return None
+    return int(fields[2]), int(fields[3])
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _session_members(leader: int) -> list[int]:
+    """Processes in `leader`'s process group or session (the fallback without cgroups)."""
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            ids = _proc_ids(int(name))
+            if ids is not None and leader in ids:
+                out.append(int(name))
+    return out
+
+
+class Cgroups:
+    """Where the daemon may make a cgroup per command (cgroup v1 `pids` or cgroup v2).
+
+    `base` is a directory of the daemon's own (`mlfs-actions.<pid>`) under the daemon's
+    cgroup, or None when cgroups are not writable here (a container, no root): commands
+    are then contained by process group and session only.
+    """
+
+    def __init__(self, base: Path | None) -> None:
+        self.base = base
+        self._made = 0
+
+    @classmethod
+    def find(cls) -> Cgroups:
+        try:
+            lines = Path("/proc/self/cgroup").read_text().splitlines()
+        except OSError:
+            return cls(None)
+        where = None
+        for line in lines:
+            _, controllers, path = line.split(":", 2)
+            if "pids" in controllers.split(","):
+                where = Path("/sys/fs/cgroup/pids") / path.lstrip("/")
+                break
+        if where is None and Path("/sys/fs/cgroup/cgroup.controllers").exists():
+            for line in lines:
+                if line.startswith("0::"):
+                    where = Path("/sys/fs/cgroup") / line[3:].lstrip("/")
+        if where is None:
+            return cls(None)
+        base = where / f"mlfs-actions.{os.getpid()}"
+        cls._clear_stale(where)
+        try:
+            base.mkdir(exist_ok=True)
+        except OSError as exc:
+            log.warning("actions: no cgroup (%s: %s); commands are contained by process "
+                        "group and session only (a setsid'ed grandchild escapes)",
+                        base, exc.strerror or exc)
+            return cls(None)
+        return cls(base)
+
+    @staticmethod
+    def _clear_stale(where: Path) -> None:
+        """The cgroups of daemons that died without unmounting (SIGKILL, a crash): their
+        commands are killed now, as an unmount would have, and the directories removed.
+        A directory whose daemon's pid is alive is left alone (another mount's)."""
+        try:
+            stale = [p for p in where.glob("mlfs-actions.*")
+                     if p.suffix[1:].isdigit() and not _pid_alive(int(p.suffix[1:]))]
+        except OSError:
+            return
+        for base in stale:
+            runs = [p for p in base.iterdir() if p.is_dir()] if base.is_dir() else []
+            for run in runs:
+                group = Group(0, run)
+                if group.members():
+                    log.warning("actions: killing %s left by a daemon that is gone", run)
+                    group.kill()
+                group.remove()
+            try:
+                base.rmdir()
+            except OSError:
+                pass  # a process in D state: removed by a later mount
+
+    def make(self) -> Path | None:
+        if self.base is None:
+            return None
+        self._made += 1
+        path = self.base / f"run-{self._made}"
+        try:
+            path.mkdir()
+            try:
+                (path / "pids.max").write_text(f"{MAX_PROCESSES}\n")
+            except OSError:
+                pass  # cgroup v2 without the pids controller: counted, not capped
+        except OSError as exc:
+            log.warning("actions: cgroup %s not made (%s): process group only", path,
+                        exc.strerror or exc)
+            return None
+        return path
+
+    def close(self) -> None:
+        if self.base is not None:
+            try:
+                self.base.rmdir()
+            except OSError as exc:  # an abandoned command still in it
+                log.warning("actions: %s stays (%s)", self.base, exc.strerror or exc)
+
+
+@dataclass
+class Group:
+    """Every process of one command: its cgroup, else its process group and session."""
+
+    leader: int
+    cgroup: Path | None = None
+
+    def members(self) -> list[int]:
+        """Its live processes (the leader included while it runs); never blocks."""
+        if self.cgroup is not None:
+            try:
+                text = (self.cgroup / "cgroup.procs").read_text()
+                return [int(pid) for pid in text.split()]
+            except OSError:
+                return []
+        return _session_members(self.leader)
+
+    def kill(self, leader_reaped: bool = False) -> None:
+        """SIGKILL every process of it; returns at once (a process in D dies later).
+
+        Once the leader was reaped (`leader_reaped`) its pid may name another process:
+        only the listed members and the process group (a pid is not reused while a
+        process group of that number has members) are signalled.
+        """
+        if self.cgroup is not None:
+            try:
+                (self.cgroup / "cgroup.kill").write_text("1\n")  # cgroup v2, 5.14+
+            except OSError:
+                pass
+        leader = [self.leader] if self.leader and not leader_reaped else []
+        for pid in [*leader, *self.members()]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if self.leader and (not leader_reaped or self.cgroup is None):
+            try:
+                os.killpg(self.leader, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def remove(self) -> None:
+        if self.cgroup is not None:
+            try:
+                self.cgroup.rmdir()
+            except OSError as exc:
+                if exc.errno != errno.ENOENT:
+                    log.warning("actions: %s stays (%s)", self.cgroup, exc.strerror or exc)
 
 
 @dataclass
 class Running:
+    subsystem: str
     process: subprocess.Popen
+    group: Group
     argv: list[str]
     started: float
     deadline: float
     report: Callable[[str, int | None, float], None]
+    #: the leader's exit code once reaped (its other processes may still live)
+    code: int | None = None
+    #: when it was killed (monotonic), None before its deadline
+    killed_at: float | None = None
 
 
 class ActionRunner:
-    """Every action command of one mount: started, bounded, reaped, counted."""
+    """Every action command of one mount: started, bounded, reaped, counted.
 
-    def __init__(self, actions: dict[str, dict] | None = None) -> None:
-        #: subsystem -> its checked action settings (from root's configuration only)
+    Built once per mount by the exchange, which reaps it on every tick; the trio thread
+    calls every method and none of them waits for a process.
+    """
+
+    def __init__(self, actions: dict[str, dict] | None = None,
+                 spawns_per_minute: float = DEFAULT_SPAWNS_PER_MINUTE,
+                 problem: Callable[[str, str], None] | None = None,
+                 cgroups: Cgroups | None = None) -> None:
+        #: subsystem -> its checked action settings (from root's configuration only);
+        #: the exchange drops a subsystem's when that configured instance leaves
         self.actions = dict(actions or {})
         self._running: list[Running] = []
-        self._last: dict[tuple[str, str], float] = {}
-        #: commands by how they ended: exited, killed, failed, skipped
+        #: killed commands whose processes would not die: looked at, never waited for
+        self.abandoned: list[Running] = []
+        #: (subsystem, entity) -> (when it last ran, its interval), oldest first
+        self._last: dict[tuple[str, str], tuple[float, float]] = {}
+        self._purged_at = -1e18
+        self._reaped_at = -1e18
+        #: commands by how they ended or why they did not start: exited, killed,
+        #: abandoned, failed, skipped, limited, unremembered
         self.counts: collections.Counter[str] = collections.Counter()
+        #: the token bucket: refilled at this rate, holding at most `burst` starts
+        self.spawns_per_minute = float(spawns_per_minute)
+        self._tokens = self.burst
+        self._refilled = time.monotonic()
+        self._logged: dict[str, float] = {}
+        #: (reason, shown) -> the mount's root `errors` (the exchange's)
+        self._problem = problem or (lambda reason, shown: None)
+        self._cgroups = cgroups if cgroups is not None else (
+            Cgroups.find() if self.actions else Cgroups(None))
+
+    @property
+    def burst(self) -> float:
+        """Starts the bucket holds: twice MAX_RUNNING, less for a rate below that."""
+        return max(1.0, min(self.spawns_per_minute, float(MAX_RUNNING * 2)))
 
     def configured(self, subsystem: str) -> bool:
         return subsystem in self.actions
+
+    def running(self) -> int:
+        """Commands alive now (any of their processes lives), abandoned ones apart."""
+        return len(self._running)
+
+    def drop(self, subsystem: str) -> None:
+        """The configured instance `subsystem` left the mount: its action goes with it.
+
+        A subsystem loaded later under the same name never inherits it; commands of the
+        instance still running are killed at the next reap.
+        """
+        if self.actions.pop(subsystem, None) is not None:
+            log.warning("%s: its configured action goes with it (unloaded)", subsystem)
+        for run in self._running:
+            if run.subsystem == subsystem:
+                run.deadline = 0.0
+        for key in [k for k in self._last if k[0] == subsystem]:
+            del self._last[key]
+        self.reap()
 
     def start(self, subsystem: str, argument: str,
               report: Callable[[str, int | None, float], None]) -> bool:
@@ -67,62 +334,193 @@ class ActionRunner:
         spec = self.actions.get(subsystem)
         if spec is None:
             return False
-        self.reap()
         now = time.monotonic()
-        last = self._last.get((subsystem, argument))
-        if last is not None and now - last < spec.get("action_every_seconds", DEFAULT_EVERY):
+        key = (subsystem, argument)
+        every = float(spec.get("action_every_seconds", DEFAULT_EVERY))
+        last = self._last.get(key)
+        if last is not None and now - last[0] < last[1]:
             return False  # ran for this entity recently: the alert alone stands
+        self.reap(every=START_REAP_EVERY)  # one look serves a tick's storm of alerts
+        if last is None and len(self._last) >= MAX_REMEMBERED and not self._purge(now):
+            return self._refuse("unremembered", report, f"{MAX_REMEMBERED} entities ran "
+                                "within their action_every_seconds; a new one waits")
         if len(self._running) >= MAX_RUNNING:
-            self.counts["skipped"] += 1
-            report("skipped", None, 0.0)
-            return False
+            return self._refuse("skipped", report, None)
+        if len(self.abandoned) >= MAX_ABANDONED:
+            return self._refuse("skipped", report, f"{len(self.abandoned)} abandoned "
+                                "commands are still alive (a hung device?)")
+        if not self._take_token(now):
+            return self._refuse("limited", report, f"over mount.action_spawns_per_minute "
+                                f"= {self.spawns_per_minute:g}")
+        self._last.pop(key, None)
+        self._last[key] = (now, every)
         argv = [*spec["action"], argument]
-        self._last.pop((subsystem, argument), None)  # re-inserted: the dict stays in age order
-        self._last[(subsystem, argument)] = now
-        if len(self._last) > MAX_REMEMBERED:  # a population of entities: memory stays bounded
-            self._last.pop(next(iter(self._last)))
+        timeout = float(spec.get("action_timeout_seconds", DEFAULT_TIMEOUT))
         try:
-            process = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                       close_fds=True, start_new_session=True)
+            process, group = self._spawn(argv)
         except OSError as exc:
             self.counts["failed"] += 1
             log.error("%s: action %s did not start: %s", subsystem, argv[0],
                       exc.strerror or exc)
             report("failed", None, 0.0)
             return False
-        timeout = spec.get("action_timeout_seconds", DEFAULT_TIMEOUT)
-        self._running.append(Running(process, argv, now, now + timeout, report))
+        self._running.append(Running(subsystem, process, group, argv, now, now + timeout,
+                                     report))
         log.warning("%s: action started: %s", subsystem, " ".join(argv))
         return True
 
-    def reap(self) -> None:
-        """Record the commands that ended; kill (their process group) those past their time."""
+    def _spawn(self, argv: list[str]) -> tuple[subprocess.Popen, Group]:
+        """Start `argv` in its own session, inside a fresh cgroup when there is one."""
+        cgroup = self._cgroups.make()
+        if cgroup is None:
+            process = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                       close_fds=True, start_new_session=True)
+            return process, Group(process.pid)
+        if not os.access(argv[0], os.X_OK):  # said now, as a direct exec would say it
+            Group(0, cgroup).remove()
+            raise FileNotFoundError(errno.ENOENT, "not an executable file", argv[0])
+        gate_r, gate_w = os.pipe()
+        try:
+            process = subprocess.Popen(["/bin/sh", "-c", _GATE, "mlfs-action", *argv],
+                                       stdin=gate_r, stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.DEVNULL, close_fds=True,
+                                       start_new_session=True)
+        except OSError:
+            os.close(gate_w)
+            Group(0, cgroup).remove()
+            raise
+        finally:
+            os.close(gate_r)
+        try:
+            (cgroup / "cgroup.procs").write_text(f"{process.pid}\n")
+        except OSError as exc:
+            log.warning("actions: %d not moved into %s (%s): process group only",
+                        process.pid, cgroup, exc.strerror or exc)
+            Group(0, cgroup).remove()
+            cgroup = None
+        try:
+            os.write(gate_w, b"go\n")
+        except OSError:
+            pass  # it died already: reaped as any other
+        finally:
+            os.close(gate_w)
+        return process, Group(process.pid, cgroup)
+
+    def _take_token(self, now: float) -> bool:
+        rate = self.spawns_per_minute / 60.0
+        self._tokens = min(self.burst, self._tokens + (now - self._refilled) * rate)
+        self._refilled = now
+        if self._tokens < 1.0:
+            return False
+        self._tokens -= 1.0
+        return True
+
+    def _purge(self, now: float) -> bool:
+        """Forget entities whose interval passed (at most once a second); True if any."""
+        if now - self._purged_at < 1.0:
+            return False
+        self._purged_at = now
+        for key in [k for k, (at, every) in self._last.items() if now - at >= every]:
+            del self._last[key]
+        return len(self._last) < MAX_REMEMBERED
+
+    def _refuse(self, status: str, report, reason: str | None) -> bool:
+        self.counts[status] += 1
+        report(status, None, 0.0)
+        if reason is not None:
+            self._say(status, logging.WARNING, "actions %s: %s (%d so far)", status, reason,
+                      self.counts[status])
+        return False
+
+    def _say(self, kind: str, level: int, message: str, *args) -> None:
         now = time.monotonic()
+        if now - self._logged.get(kind, -1e18) >= LOG_EVERY:
+            self._logged[kind] = now
+            log.log(level, message, *args)
+
+    def reap(self, every: float = 0.0) -> None:
+        """Record the commands that ended, kill those past their time, abandon those that
+        would not die.  Never blocks: waitpid WNOHANG and a read of the process list.
+
+        `every`: do nothing if the last reap was less than this many seconds ago (the
+        exchange reaps on every tick of every subsystem, some ticking 50 times a second;
+        without cgroups a look at a command whose shell exited is a walk of /proc).
+        """
+        now = time.monotonic()
+        if not self._running and not self.abandoned:
+            return
+        if now - self._reaped_at < every:
+            return
+        self._reaped_at = now
         still = []
         for run in self._running:
-            code = run.process.poll()
-            if code is None and now >= run.deadline:
-                try:
-                    os.killpg(run.process.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                code = run.process.wait()
-                status = "killed"
-            elif code is None:
+            if run.code is None:
+                run.code = run.process.poll()
+            alive = run.code is None or bool(run.group.members())
+            if not alive:
+                self._end(run, "killed" if run.killed_at is not None else "exited", now)
+                continue
+            if run.killed_at is None and now >= run.deadline:
+                run.group.kill(run.code is not None)
+                run.killed_at = now
+            elif run.killed_at is not None:
+                run.group.kill(run.code is not None)  # again: what it forked meanwhile
+                if now - run.killed_at >= KILL_GRACE:
+                    self._abandon(run, now)
+                    continue
+            still.append(run)
+        self._running = still
+        self._look_at_abandoned()
+
+    def _end(self, run: Running, status: str, now: float) -> None:
+        run.group.remove()
+        self.counts[status] += 1
+        seconds = round(now - run.started, 3)
+        log.warning("action %s %s (exit %s) after %.1f s", run.argv[0], status, run.code,
+                    seconds)
+        run.report(status, run.code, seconds)
+
+    def _abandon(self, run: Running, now: float) -> None:
+        self.counts["abandoned"] += 1
+        seconds = round(now - run.started, 3)
+        pids = run.group.members() or [run.process.pid]
+        reason = (f"{run.subsystem}: action abandoned: processes {pids[:8]} still alive "
+                  f"{now - run.killed_at:.0f} s after SIGKILL (uninterruptible sleep?); "
+                  "never waited for")
+        log.error("%s", reason)
+        self._problem(reason, " ".join(run.argv)[:200])
+        run.report("abandoned", None, seconds)
+        self.abandoned.append(run)
+
+    def _look_at_abandoned(self) -> None:
+        still = []
+        for run in self.abandoned:
+            if run.code is None:
+                run.code = run.process.poll()  # reaps the zombie once it dies
+            if run.code is None or run.group.members():
                 still.append(run)
                 continue
-            else:
-                status = "exited"
-            self.counts[status] += 1
-            seconds = round(now - run.started, 3)
-            log.warning("action %s %s (exit %s) after %.1f s", run.argv[0], status, code,
-                        seconds)
-            run.report(status, code, seconds)
-        self._running = still
+            run.group.remove()
+            log.warning("action %s: an abandoned command ended after all (exit %s)",
+                        run.argv[0], run.code)
+        self.abandoned = still
 
-    def close(self) -> None:
-        """Unmount: commands still running are killed (their process groups) and reaped."""
+    def close(self, wait: float = 1.0) -> None:
+        """Unmount: every command still alive is killed whole (cgroup, else process group
+        and session); what has not gone within `wait` seconds is left, and logged."""
         for run in self._running:
             run.deadline = 0.0
-        self.reap()
+        for run in [*self._running, *self.abandoned]:
+            run.group.kill(run.code is not None)
+        deadline = time.monotonic() + wait
+        while True:
+            self.reap()
+            if not self._running or time.monotonic() >= deadline:
+                break
+            time.sleep(0.02)
+        for run in [*self._running, *self.abandoned]:
+            run.group.kill(run.code is not None)
+            log.error("action %s: processes %s outlive the mount (killed, not gone)",
+                      run.argv[0], run.group.members()[:8] or [run.process.pid])
+        self._cgroups.close()

@@ -30,7 +30,8 @@ class MountContext:
     """The mount-wide services a runtime and its models use; owned by the exchange."""
 
     def __init__(self, config, state_dir: Path,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 actions: ActionRunner | None = None) -> None:
         self.config = config
         self.state_dir = Path(state_dir)
         #: seconds, for the models' trainer-silence timer (tests pass a virtual clock)
@@ -45,8 +46,10 @@ class MountContext:
         self.emergency_pinned = (self.state_dir / EMERGENCY_PIN_FILE).exists()
         #: who pulled the pin (a pin kept from before a restart counts as root's)
         self.emergency_pinned_by = 0
-        #: the action commands root configured, run for predictors' alerts (actions.py)
-        self.actions = ActionRunner()
+        #: the action commands root configured, run for predictors' alerts (actions.py):
+        #: the exchange builds the mount's one runner and reaps it on every tick; a
+        #: context made without a mount (tests, benches) has a runner with no action
+        self.actions = actions if actions is not None else ActionRunner()
         #: how many models the mount holds now (the exchange counts them; max_models)
         self.model_count: Callable[[], int] = lambda: 0
         self._generation = 0

@@ -163,7 +163,7 @@ class Control:
                     if isinstance(command, Load):
                         await self.loader.load(command.entry, uid)
                     else:
-                        await self.loader.unload(command.name)
+                        await self.loader.unload(command.name, uid)
                 return
             if len(words) != 1 or words[0] not in ("emergency", "auto"):
                 shown = " ".join(words) or "(nothing)"
@@ -191,11 +191,11 @@ class Control:
             self.refuse_root("mkdir", exc, escape_input(name.encode()))
             raise
 
-    async def rmdir_subsystem(self, name: str) -> None:
-        """`rmdir MOUNT/<name>`: unload it (as `unload <name>`)."""
+    async def rmdir_subsystem(self, name: str, uid: int) -> None:
+        """`rmdir MOUNT/<name>`: unload it (as `unload <name>`, with the same rights)."""
         try:
             async with self.loader.lock:
-                await self.loader.unload(name)
+                await self.loader.unload(name, uid)
         except Refused as exc:
             self.refuse_root("rmdir", exc, escape_input(name.encode()))
             raise

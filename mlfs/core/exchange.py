@@ -21,8 +21,9 @@ import trio
 
 from mlfs.abi import Subsystem
 
-from .actions import ActionRunner
+from .actions import DEFAULT_SPAWNS_PER_MINUTE, ActionRunner
 from .context import MountContext
+from .errors import error_line
 from .portion import errno_name
 from .proxy import ERRORS_KEPT, ModelProxy
 from .readers import ReaderAccounts
@@ -31,6 +32,9 @@ from .sealing import Sealer
 from .statedir import EMERGENCY_PIN_FILE
 
 log = logging.getLogger("mlfs.exchange")
+
+#: seconds between two reaps of the action commands (at most; each tick offers one)
+REAP_EVERY = 0.1
 
 
 class Exchange:
@@ -42,24 +46,34 @@ class Exchange:
                  actions: dict[str, dict] | None = None) -> None:
         state_dir = Path(state_dir)
         state_dir.mkdir(parents=True, exist_ok=True)
-        self.mount = MountContext(config, state_dir, clock)
+        #: the root `errors` file: the last refused root `control` commands (and the
+        #: action commands abandoned because they would not die)
+        self.root_errors: collections.deque[str] = collections.deque(maxlen=ERRORS_KEPT)
+        #: the mount's one action runner (subsystem -> its action settings, from root's
+        #: configuration file only), a mount-wide service: reaped on every tick of every
+        #: subsystem, whatever its models do (`_one_tick`)
+        runner = ActionRunner(
+            actions, spawns_per_minute=getattr(config.mount, "action_spawns_per_minute",
+                                               DEFAULT_SPAWNS_PER_MINUTE),
+            problem=lambda reason, shown: self.root_errors.append(
+                error_line("action", reason, shown)))
+        self.mount = MountContext(config, state_dir, clock, actions=runner)
         self.mount.model_count = self.model_count
-        #: subsystem -> its action settings, from root's configuration file only
-        self.mount.actions = ActionRunner(actions)
         #: the backend registry (`mlfs.backends`: check_entry, create_subsystems,
         #: root_only, entry_for_name); None serves no run-time load
         self.backends = backends
         self.readers = ReaderAccounts(config.mount)
         self.started = time.time()
         self.sealer = Sealer(self.mount.bus)
-        #: the root `errors` file: the last refused root `control` commands
-        self.root_errors: collections.deque[str] = collections.deque(maxlen=ERRORS_KEPT)
         if self.mount.emergency_pinned:
             log.warning("the operator's emergency pin holds (%s): every model stays in "
                         "emergency until `echo auto > MOUNT/control`", EMERGENCY_PIN_FILE)
         self.runtimes: dict[str, SubsystemRuntime] = {}
         for sub in subsystems:
             self.add([sub], (sources or {}).get(sub.name, CONFIG))
+        for name in [n for n in runner.actions if getattr(self.runtimes.get(n), "source",
+                                                             None) != CONFIG]:
+            runner.drop(name)  # an action is a configured instance's, never a load's
         self._stopping = False
         #: the exchange's nursery once run() started: loaded tick loops start in it
         self._nursery: trio.Nursery | None = None
@@ -138,8 +152,15 @@ class Exchange:
         await self._tick_loop(runtime)
 
     def forget(self, runtime: SubsystemRuntime) -> None:
-        """An unloaded subsystem leaves the mount (its directory and portions stay)."""
+        """An unloaded subsystem leaves the mount (its directory and portions stay).
+
+        What root configured for that instance goes with it: its action command (and
+        the commands it still runs).  A subsystem loaded later under the same name is a
+        new instance and inherits none of it.
+        """
         del self.runtimes[runtime.name]
+        if runtime.source == CONFIG:
+            self.mount.actions.drop(runtime.name)
         self.bus.publish(runtime.name, "subsystem", action="unloaded", source=runtime.source)
         self.bus.close_subsystem(runtime.name)
 
@@ -175,6 +196,10 @@ class Exchange:
             await trio.sleep_until(deadline)
 
     async def _one_tick(self, runtime: SubsystemRuntime) -> None:
+        try:  # a mount-wide service: never waits, and never depends on a model's records
+            self.mount.actions.reap(every=REAP_EVERY)
+        except Exception:
+            log.exception("actions: reap failed")
         if runtime.watch.full():
             runtime.hold_ticks("rows waiting in memory reached store.max_waiting_rows"
                                + (f" ({runtime.watch.reason()})" if runtime.watch.failing

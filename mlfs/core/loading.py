@@ -390,7 +390,37 @@ class Loader:
             raise Refused(errno.ENOSPC, f"the mount serves {served} subsystems "
                           f"(mount.max_subsystems = {limit})")
 
-    async def unload(self, name: str) -> None:
+    async def may_unload(self, runtime: SubsystemRuntime, uid: int) -> None:
+        """EPERM unless `uid` holds the right that serving `runtime` needed (rights are
+        symmetric: red team A3/A4 had the group unload root's `linux.kmsg`).
+
+        A subsystem from root's configuration file is root's to unload.  One loaded at
+        run time needs what its load needed: root for a ROOT_ONLY backend or settings
+        that write kernel settings; a load whose settings are no longer on record
+        counts as root's.
+        """
+        if uid == 0:
+            return
+        if runtime.source != LOADED:
+            raise Refused(errno.EPERM, f"{runtime.name} comes from root's configuration "
+                          "file: only root unloads it")
+        entry = next((r.entry for r in read_remembered(self.state_dir)
+                      if r.name == runtime.name), None)
+        backends = self.backends
+        if entry is None or backends is None:
+            raise Refused(errno.EPERM, f"{runtime.name}: its load is not on record: only "
+                          "root unloads it")
+        try:
+            needs_root = (await self._bounded(backends.root_only, entry["backend"])
+                          or await self._bounded(backends.writes_kernel, entry))
+        except Exception as exc:  # the backend gone or broken: the safe answer
+            log.warning("%s: rights of its backend unknown (%s): root's", runtime.name, exc)
+            needs_root = True
+        if needs_root:
+            raise Refused(errno.EPERM, f"{runtime.name}: only root may load it, so only "
+                          "root unloads it")
+
+    async def unload(self, name: str, uid: int) -> None:
         """Stop its ticks, its models, seal, restore its knobs, then let it go.
 
         Its tick loop ends first (a blocking step in flight finishes; one that
@@ -400,10 +430,16 @@ class Loader:
         refused with its errno.  From there on nothing can fail.  A configured
         subsystem is only gone until the next mount.  Its directory stays
         visible until its knobs are restored; its portions stay.
+
+        What belonged to this instance dies with it: its models are stopped and lose
+        their pins (a `recommendation` or `emergency` pin root wrote), and a configured
+        action goes (`Exchange.forget`), so a subsystem loaded later under the same name,
+        by anyone, starts from nothing root granted the old one.
         """
         runtime = self.exchange.runtimes.get(name)
         if runtime is None:
             raise Refused(errno.ENOENT, f"no subsystem {name!r}")
+        await self.may_unload(runtime, uid)
         if runtime.unloading:
             raise Refused(errno.EBUSY, f"{name}: its backend's step has not returned yet")
         wait = max(UNLOAD_STEP_WAIT, 2 * runtime.subsystem.tick_seconds)
@@ -423,6 +459,8 @@ class Loader:
         for proxy in list(runtime.models.values()):
             try:
                 proxy.stop()
+                if proxy.pinned is not None:  # a pin is the instance's, never the name's
+                    proxy.set_mode(b"auto\n", 0)
             except Exception:
                 log.exception("%s/%s: stop at unload failed", name, proxy.name)
         await self.exchange.sealer.drain(runtime.stores())

@@ -268,7 +268,6 @@ class PredictorProxy(ModelProxy):
         """The tick's records: predict, book both sides, judge what is due, raise alerts."""
         if table is None or table.num_rows == 0:
             return
-        self.runtime.mount.actions.reap()  # commands started on earlier ticks
         if self.state == "started":
             self._set_state("running")
         self.ml_ticks += 1

@@ -297,7 +297,7 @@ class Operations(pyfuse3.Operations):
         parent = self._node(parent_inode)
         text = os.fsdecode(name)
         if isinstance(parent, RootDir) and isinstance(parent.lookup(text), SubsystemDir):
-            await self.control.rmdir_subsystem(text)
+            await self.control.rmdir_subsystem(text, ctx.uid)
             return
         if not isinstance(parent, ModelsDir):
             if isinstance(parent, Dir) and parent.lookup(text) is not None:

@@ -225,6 +225,85 @@ def test_the_group_loads_but_only_root_loads_a_declared_subsystem(mount_root):
         m.kill(signal.SIGTERM)
 
 
+def test_unloading_needs_the_right_that_loading_needed(mount_root):
+    """Red team A4: the group unloaded root's configured subsystems (and root-only ones).
+    Unloading is symmetric with loading: configured subsystems and those only root may
+    load are root's to unload (by `unload` or `rmdir`); what the group loads it unloads."""
+    m = Mount(mount_root, GROUP_CONFIG).start()  # nobody with gid nogroup: the group
+    try:
+        assert control(m, DECLARED) == 0  # root loads a root-only backend
+        for script in (f"echo 'unload sim.readahead' > {m.mountpoint}/control",
+                       f"rmdir {m.mountpoint}/sim.readahead",
+                       f"echo 'unload decl' > {m.mountpoint}/control",
+                       f"rmdir {m.mountpoint}/decl"):
+            done = as_nobody(script)
+            assert done.returncode != 0 and "Operation not permitted" in done.stderr, (
+                script, done.stderr)
+            assert "only root unloads it" in errors(m)[-1]
+        assert (m.mountpoint / "sim.readahead" / "info").exists()
+        assert (m.mountpoint / "decl" / "info").exists()
+        assert as_nobody(f"echo 'load sim.readahead name=simg' > {m.mountpoint}/control"
+                         ).returncode == 0
+        done = as_nobody(f"echo 'unload simg' > {m.mountpoint}/control")
+        assert done.returncode == 0, done.stderr  # its own load: its own unload
+        assert not (m.mountpoint / "simg").exists()
+        assert control(m, "unload decl\n") == 0
+        assert control(m, "unload sim.readahead\n") == 0  # root may
+    finally:
+        m.kill(signal.SIGTERM)
+
+
+ACTION_CONFIG = """
+[mount]
+allow_other = true
+group = "nogroup"
+
+[[subsystem]]
+backend = "sim.disks"
+name = "disks"
+drives = 5
+seed = 1
+tick_seconds = 0.2
+action = ["{script}", "--notify"]
+action_every_seconds = 3600
+"""
+
+
+def test_a_name_loaded_again_inherits_neither_roots_action_nor_roots_pin(mount_root, tmp_path):
+    """Red team A3: after root's configured `disks` was unloaded, a group member loaded its
+    own `sim.disks name=disks`; root's action (bound to the name) ran for the member's
+    entities and root's `recommendation` pin on model p carried over.  Both belong to the
+    configured instance and die with it."""
+    seen = tmp_path / "seen"
+    script = tmp_path / "act"
+    script.write_text(f'#!/bin/sh\necho "$@" >> {seen}\n')
+    script.chmod(0o755)
+    m = Mount(mount_root, ACTION_CONFIG.format(script=script)).start()
+    try:
+        model = m.mountpoint / "disks" / "models" / "p"
+        assert sh(f"mkdir {model} && echo start > {model}/control && "
+                  f"echo recommendation > {model}/mode").returncode == 0
+        assert control(m, "unload disks\n") == 0
+        load = "load sim.disks name=disks drives=5 seed=7 tick_seconds=0.2"
+        done = as_nobody(f"echo {shlex.quote(load)} > {m.mountpoint}/control")
+        assert done.returncode == 0, done.stderr
+        # the old instance's directory may stay in the kernel's dentry cache for its
+        # entry timeout (about a second): wait for the new one's model to show
+        wait_for(lambda: (model / "mode").exists(), what="model p on the loaded instance")
+        assert (model / "mode").read_text() != "recommendation\n", "root's pin carried over"
+        assert as_nobody(f"echo start > {model}/control").returncode == 0
+        assert sh(f"echo recommendation > {model}/mode").returncode == 0  # root, again
+        assert write_errno(model / "recommend", b"drive_id=1 target=failure p=1\n") == 0
+        wait_for(lambda: "source=model" in (model / "alerts").read_text(), timeout=60,
+                 what="the model's own alert on the new instance")
+        log = (m.state_dir / "mlfs.log").read_text()
+        assert "action started" not in log, "root's action ran for the group's instance"
+        assert "mlfs_actions_total" not in (m.mountpoint / "metrics").read_text()
+        assert not seen.exists()
+    finally:
+        m.kill(signal.SIGTERM)
+
+
 def test_mkdir_loads_a_block_device_and_rmdir_unloads_it(mount, loop):
     name = f"linux.block.{loop}"
     (mount.mountpoint / name).mkdir()
