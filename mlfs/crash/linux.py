@@ -181,6 +181,8 @@ def parse_log(log: str) -> Report | None:
     """The first crash report in a console log, titled as syzbot titles it; None if none."""
     log = log.replace("\r", "")
     lines = log.split("\n")
+    if lines[-1] == "":  # the newline ending the last line starts no line of its own
+        lines.pop()
     found = _first_report(lines)
     if found is None:
         return None

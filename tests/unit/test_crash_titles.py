@@ -1,0 +1,62 @@
+"""syzkaller's crash corpus as golden tests: titles, CORRUPTED flags and guilty files.
+
+Each file of tests/data/syzkaller/linux-report/ and linux-guilty/ is one case, with what
+syzkaller's authors expect in its header.  A case listed in known_mismatches.txt must
+still differ (when it stops, the fix is to delete its line, so the list only shrinks);
+any other case must agree.  The whole corpus parses in a few seconds.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from mlfs.crash import parse_log
+from tests.bench.kmsg_titles import (
+    Case,
+    differences,
+    guilty_cases,
+    known_mismatches,
+    report_cases,
+)
+
+KNOWN = known_mismatches()
+CASES = report_cases() + guilty_cases()
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_agrees_with_syzkaller_unless_listed_as_known_mismatch(case: Case) -> None:
+    found = differences(case)
+    if case.id in KNOWN:
+        assert found, (f"{case.id} now agrees with syzkaller: delete its line from "
+                       f"tests/data/syzkaller/known_mismatches.txt")
+    else:
+        assert not found, f"{case.id}: {'; '.join(found)}"
+
+
+def test_known_mismatches_name_only_existing_cases() -> None:
+    assert set(KNOWN) <= {c.id for c in CASES}
+
+
+def test_titles_the_issue_quoted_misses_as_syzbot_does() -> None:
+    """The four misses of issue 52, each now the title syzbot shows."""
+    quoted = {"WARNING: kobject bug in br_add_if",
+              "KASAN: stack-out-of-bounds Read in xfrm_selector_match",
+              "INFO: task hung in p9_fd_close",
+              "BUG: stack guard page was hit in rtnl_newlink"}
+    cases = [c for c in report_cases() if c.title in quoted and not c.corrupted]
+    assert {c.title for c in cases} == quoted
+    for case in cases:
+        report = parse_log(case.log)
+        assert report is not None and report.title == case.title
+
+
+def test_masks_what_varies_between_two_hits_of_one_bug() -> None:
+    log = ("[  10.000000] Kernel panic - not syncing: Attempted to kill init! "
+           "exitcode=0x0000000b at ffffffff81234567 cpu 3\n")
+    report = parse_log(log)
+    assert report is not None
+    assert report.title == "kernel panic: Attempted to kill init!"
+
+
+def test_finds_no_report_in_a_quiet_log() -> None:
+    assert parse_log("[    0.000000] Linux version 6.1.0\n[    1.0] eth0: link up\n") is None
