@@ -233,7 +233,8 @@ def _corruption(title: str, report: str, fmt: TitleFormat | None) -> str:
     return "" if has_stack else "no stack trace in report"
 
 
-_SOURCE_FILE = re.compile(r"([a-zA-Z0-9_\-\./]*[a-zA-Z0-9_\-]+\.(c|h)):[0-9]+")
+_SOURCE_END = re.compile(r"[a-zA-Z0-9_\-]\.[ch]:[0-9]")
+_PATH_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./")
 _DEEPER_PATH = re.compile(r"^/[a-zA-Z0-9_\-\./]+/[a-zA-Z0-9_\-]+\.(c|h)$")
 _RCU_INTERRUPT_ENDS = ("apic_timer_interrupt+0x", "el1h_64_irq+0x", "Exception stack")
 
@@ -254,6 +255,21 @@ def guilty_file(title: str, report: str) -> str:
     return _guilty_file(report)
 
 
+def _source_file(line: str) -> str | None:
+    """The first `path/file.c` of a `path/file.c:123` in `line`.
+
+    Found from the ``.c:123`` back to where the path starts: the one pattern for the
+    whole (``[\\w./-]*\\w+\\.c:\\d+``) backtracks quadratically on a long run of path
+    characters, and a console line can be thousands of them (a hex dump).
+    """
+    for m in _SOURCE_END.finditer(line):
+        start = m.start()
+        while start > 0 and line[start - 1] in _PATH_CHARS:
+            start -= 1
+        return line[start:m.start() + 3]
+    return None
+
+
 def _skipped_file(path: str, line: str) -> bool:
     return any(re.search(p, path) for p in GUILTY_FILES_TO_SKIP) or \
         re.search(GUILTY_LINES_TO_SKIP, line) is not None
@@ -263,21 +279,21 @@ def _guilty_file(report: str) -> str:
     lines = iter(report.split("\n"))
     guilty = ""
     for line in lines:
-        m = _SOURCE_FILE.search(line)
-        if m is None:
+        path = _source_file(line)
+        if path is None:
             continue
-        guilty = guilty or m.group(1)
-        if _skipped_file(m.group(1), line):
+        guilty = guilty or path
+        if _skipped_file(path, line):
             continue
-        guilty = os.path.normpath(m.group(1))
+        guilty = os.path.normpath(path)
         break
     # a file deeper in the same directory, lower in the stack, is more specific
     deepest = os.path.dirname(guilty)
     for line in lines:
-        m = _SOURCE_FILE.search(line)
-        if m is None or _skipped_file(m.group(1), line):
+        path = _source_file(line)
+        if path is None or _skipped_file(path, line):
             continue
-        clean = os.path.normpath(m.group(1))
+        clean = os.path.normpath(path)
         if clean.startswith(deepest) and _DEEPER_PATH.match(clean[len(deepest):]):
             guilty = clean
             deepest = os.path.dirname(guilty)

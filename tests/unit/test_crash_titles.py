@@ -60,3 +60,24 @@ def test_masks_what_varies_between_two_hits_of_one_bug() -> None:
 
 def test_finds_no_report_in_a_quiet_log() -> None:
     assert parse_log("[    0.000000] Linux version 6.1.0\n[    1.0] eth0: link up\n") is None
+
+
+def test_names_the_guilty_file_past_headers_and_lib_helpers() -> None:
+    log = ("BUG: KASAN: use-after-free in memcmp+0x1/0x2 lib/string.c:861\n"
+           "Read of size 1 at addr ffff88801234 by task a/1\n"
+           "Call Trace:\n"
+           " __dump_stack lib/dump_stack.c:77 [inline]\n"
+           " memcmp+0xe3/0x160 lib/string.c:861\n"
+           " ip6_send_skb+0x2f5/0x330 include/linux/skbuff.h:12\n"
+           " udp_v6_send_skb+0x1/0x2 net/ipv6/udp.c:100\n")
+    report = parse_log(log)
+    assert report is not None and report.guilty_file == "net/ipv6/udp.c"
+
+
+def test_a_console_line_of_thousands_of_path_characters_still_parses() -> None:
+    # a hex dump without spaces once made the file pattern backtrack for minutes
+    log = ("WARNING: CPU: 0 PID: 1 at net/strparser/strparser.c:406 strp_data_ready+0x1/0x2\n"
+           + "Code: " + "0123456789abcdef/." * 2000 + "\n"
+           + "Call Trace:\n strp_data_ready+0x1/0x2 net/strparser/strparser.c:406\n")
+    report = parse_log(log)
+    assert report is not None and report.guilty_file == "net/strparser/strparser.c"
