@@ -22,6 +22,7 @@ from mlfs.crash.skip import (
     HUNG_TASK_FRAMES_TO_SKIP,
     STALL_ANCHOR_FRAMES,
 )
+from mlfs.crash.symbols import demangle
 
 _PLACEHOLDERS = {
     "{{ADDR}}": r"0x[0-9a-f]+",
@@ -187,7 +188,7 @@ def _walk(text: str, parts: tuple[str, ...], skip: re.Pattern[str], pick: str | 
 
 def _add_frames(candidates: list[str], m: re.Match[str], skip: re.Pattern[str]) -> None:
     for frame in m.groups():
-        if frame and not skip.search(frame):
+        if frame and not skip.search(frame := demangle(frame)):
             candidates.append(frame)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from mlfs.crash import parse_log
+from mlfs.crash.symbols import demangle
 from tests.bench.kmsg_titles import (
     Case,
     differences,
@@ -81,3 +82,17 @@ def test_a_console_line_of_thousands_of_path_characters_still_parses() -> None:
            + "Call Trace:\n strp_data_ready+0x1/0x2 net/strparser/strparser.c:406\n")
     report = parse_log(log)
     assert report is not None and report.guilty_file == "net/strparser/strparser.c"
+
+
+@pytest.mark.parametrize(("mangled", "name"), [
+    ("_RNvMs3_NtCshgDM7dBCdno_11rust_binder7processNtB5_7Process10update_ref",
+     "<rust_binder::process::Process>::update_ref"),
+    ("_RNvXs1_CscPPBqWtAqum_11ashmem_rustNtB5_6AshmemNtNtCs43vyB533jt3_6kernel10miscdevice"
+     "10MiscDevice4mmap", "<ashmem_rust::Ashmem as kernel::miscdevice::MiscDevice>::mmap"),
+    ("_RNvCscSpY9Juk0HT_7___rustc17rust_begin_unwind", "__rustc::rust_begin_unwind"),
+    ("_Z8fakeNameiii", "fakeName"),
+    ("ext4_writepages", "ext4_writepages"),
+    ("_RXbroken", "_RXbroken"),
+])
+def test_names_mangled_frames_as_their_authors_wrote_them(mangled: str, name: str) -> None:
+    assert demangle(mangled) == name
