@@ -193,7 +193,7 @@ def _add_frames(candidates: list[str], m: re.Match[str], skip: re.Pattern[str]) 
 
 
 def strip_prefix(frame: str) -> str:
-    """`__x64_sys_bind` -> `bind`: the shortest name any one prefix removal gives."""
+    """`__x64_sys_bind` -> `sys_bind`: the shortest name any one prefix removal gives."""
     shortest = frame
     for prefix in FRAME_PREFIXES_TO_STRIP:
         if frame.startswith(prefix) and len(frame) - len(prefix) < len(shortest):

@@ -257,7 +257,8 @@ FRAME_PREFIXES_TO_STRIP: tuple[str, ...] = (
     "__sys_", "__se_", "__se_sys_", "__do_sys_", "compat_SYSC_", "compat_SyS_", "ksys_",
 )
 """System-call wrappers differ by architecture and version: `__x64_sys_bind` and
-`__arm64_sys_bind` are the same bug in `bind`.  The longest prefix that applies goes."""
+`__arm64_sys_bind` are the same bug, in `sys_bind`.  The longest prefix that applies goes
+(one only: `__se_sys_bind` is `bind`)."""
 
 STALL_ANCHOR_FRAMES: tuple[str, ...] = (
     "process_one_work",  # workqueue callback

@@ -11,6 +11,8 @@ from __future__ import annotations
 import pytest
 
 from mlfs.crash import parse_log
+from mlfs.crash.formats import STACK, CrashKind, Stack, TitleFormat
+from mlfs.crash.parse import NO_FRAMES, StackRules, describe
 from mlfs.crash.symbols import demangle
 from tests.bench.kmsg_titles import (
     Case,
@@ -96,3 +98,34 @@ def test_a_console_line_of_thousands_of_path_characters_still_parses() -> None:
 ])
 def test_names_mangled_frames_as_their_authors_wrote_them(mangled: str, name: str) -> None:
     assert demangle(mangled) == name
+
+
+_TOY_RULES = StackRules(starts=(r"Call Trace",), frames=(r"^ *{{FUNC}}",), skip=(r"^helper$",))
+_TOY_KIND = CrashKind("OOPS:", (
+    TitleFormat(title="OOPS: (.*)", template="oops: {1}", no_stack_trace=True),
+    TitleFormat(title="OOPS: bad thing", report="OOPS: bad thing in {{FUNC}}",
+                template="bad thing in {2}"),
+    TitleFormat(title="OOPS: stuck", template="stuck in {1}",
+                stack=Stack(parts=(r"Call Trace", STACK))),
+))
+
+
+def test_the_format_matching_earliest_titles_the_report_and_ties_go_to_the_first() -> None:
+    assert describe("OOPS: anything else\n", _TOY_KIND, _TOY_RULES).title == "oops: anything else"
+    # both match at the same place: the table's order decides
+    assert describe("OOPS: stuck\n", _TOY_KIND, _TOY_RULES).title == "oops: stuck"
+
+
+def test_a_title_without_the_lines_its_format_needs_is_corrupted() -> None:
+    kind = CrashKind("OOPS:", _TOY_KIND.formats[1:2])
+    found = describe("OOPS: bad thing happened\n", kind, _TOY_RULES)
+    assert found.title == "OOPS: bad thing happened" and found.corrupted
+
+
+def test_the_guilty_frame_is_the_first_not_skipped_and_none_means_corrupted() -> None:
+    kind = CrashKind("OOPS:", _TOY_KIND.formats[2:])
+    found = describe("OOPS: stuck\nCall Trace:\n helper+0x1/0x2\n __x64_sys_bind+0x1/0x2\n",
+                     kind, _TOY_RULES)
+    assert (found.title, found.corrupted) == ("stuck in sys_bind", "")
+    cut = describe("OOPS: stuck\nCall Trace:\n helper+0x1/0x2\n", kind, _TOY_RULES)
+    assert (cut.title, cut.corrupted) == ("stuck in corrupted", NO_FRAMES)
