@@ -279,11 +279,14 @@ def classify(message: str) -> Classified:
 def complete_title(title: str, kind: str, lines: list[str]) -> str:
     """A block's title as syzbot gives it (`mlfs.crash`), or its provisional one.
 
-    The block's records are a report's lines without console prefixes; a block the
-    crash table has no format for (its header known only here) keeps `title`.
+    The block's records are a report's lines without console prefixes.  A block the
+    crash table has no format for keeps `title`, and so does one cut before its stack
+    (syzbot's "... in corrupted"): a header alone still says what its own line says.
     """
     report = parse_log("\n".join(lines))
-    return report.title if report is not None else title
+    if report is None or report.title.endswith(" in corrupted"):
+        return title
+    return report.title
 
 
 def signature_id(kind: str, signature: str) -> str:

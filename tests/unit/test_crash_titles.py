@@ -8,12 +8,15 @@ any other case must agree.  The whole corpus parses in a few seconds.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from mlfs.crash import parse_log
 from mlfs.crash.formats import STACK, CrashKind, Stack, TitleFormat
 from mlfs.crash.parse import NO_FRAMES, StackRules, describe
 from mlfs.crash.symbols import demangle
+from mlfs.kernel_log import classify, complete_title
 from tests.bench.kmsg_titles import (
     Case,
     differences,
@@ -22,6 +25,7 @@ from tests.bench.kmsg_titles import (
     report_cases,
 )
 
+DATA_KMSG = Path(__file__).resolve().parents[1] / "data" / "kmsg"
 KNOWN = known_mismatches()
 CASES = report_cases() + guilty_cases()
 
@@ -129,3 +133,13 @@ def test_the_guilty_frame_is_the_first_not_skipped_and_none_means_corrupted() ->
     assert (found.title, found.corrupted) == ("stuck in sys_bind", "")
     cut = describe("OOPS: stuck\nCall Trace:\n helper+0x1/0x2\n", kind, _TOY_RULES)
     assert (cut.title, cut.corrupted) == ("stuck in corrupted", NO_FRAMES)
+
+
+def test_a_block_gets_syzbots_title_and_a_header_alone_keeps_its_own() -> None:
+    header = "WARNING: CPU: 1 PID: 4242 at fs/ext4/inode.c:3640 ext4_set_page_dirty+0x2a/0x40"
+    found = classify(header)
+    assert complete_title(found.signature, found.kind, [header]) == "WARNING in ext4_set_page_dirty"
+    lines = (DATA_KMSG / "softlockup.block").read_text().splitlines()
+    found = classify(lines[1])
+    assert complete_title(found.signature, found.kind, lines[1:]) == lines[0]
+    assert lines[0] == "BUG: soft lockup in wb_workfn"  # the work item, not where it spun
