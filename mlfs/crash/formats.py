@@ -87,6 +87,8 @@ def warning_stack(*skip: str) -> Stack:
 
 
 LINUX_CRASH_KINDS: tuple[CrashKind, ...] = (
+    # The sanitizers (KASAN, KMSAN, KCSAN, KFENCE), page faults, lock debugging, sleeping in
+    # atomic context, leaks: most of what the kernel calls a bug starts "BUG:".
     CrashKind("BUG:", (
         TitleFormat(
             title="BUG: KASAN:",
@@ -384,6 +386,8 @@ LINUX_CRASH_KINDS: tuple[CrashKind, ...] = (
             corrupted=True,
         ),
     ), suppressions=("ODEBUG:", "Boot_DEBUG:", "xlog_status:", "DEBUG:", "BUG: no syscalls can create resource",)),
+    # __warn() (kernel/panic.c) and lockdep's warnings: titled by the function the WARN is in, or
+    # by the lock order it saw.
     CrashKind("WARNING:", (
         TitleFormat(
             title=r"WARNING: .*lib/debugobjects\.c.* (?:debug_print|debug_check|at)",
@@ -552,6 +556,8 @@ LINUX_CRASH_KINDS: tuple[CrashKind, ...] = (
             corrupted=True,
         ),
     ), suppressions=("WARNING: /etc/ssh/moduli does not exist, using fixed modulus", "WARNING: workqueue cpumask: online intersect > possible intersect", "WARNING: [Tt]he mand mount option", r"WARNING: Unsupported flag value\(s\) of 0x%x in DT_FLAGS_1", "WARNING: Unprivileged eBPF is enabled with eIBRS", r"WARNING: fbcon: Driver '(.*)' missed to adjust virtual screen size (\((?:\d+)x(?:\d+) vs\. (?:\d+)x(?:\d+)\))", "WARNING: See https.* for mitigation options.", "WARNING: kernel not compiled with CPU_SRSO", r"EXT4-[Ff][Ss](?: \(.*\))?:", "(?i)warning: .* uses (deprecated v2 capabilities|wireless extensions)", r"XFS \(\w+\): WARNING",)),
+    # lockdep on older kernels, a task blocked too long (kernel/hung_task.c), an RCU stall
+    # (kernel/rcu/tree_stall.h).
     CrashKind("INFO:", (
         TitleFormat(
             title="INFO: possible circular locking dependency detected",
@@ -635,6 +641,7 @@ LINUX_CRASH_KINDS: tuple[CrashKind, ...] = (
             corrupted=True,
         ),
     ), suppressions=("INFO: lockdep is turned off", "INFO: Stall ended before state dump start", "INFO: NMI handler", "INFO: recovery required on readonly filesystem", "(handler|interrupt).*took too long", "INFO: sys_.* is not present in /proc/kallsyms", "INFO: no syscalls can create resource", "rmt_storage:INFO:", "_INFO:",)),
+    # arm and arm64's page fault (arch/arm64/mm/fault.c).
     CrashKind("Unable to handle kernel", (
         TitleFormat(
             title="Unable to handle kernel (paging request|NULL pointer dereference|access to user memory)",
@@ -645,6 +652,8 @@ LINUX_CRASH_KINDS: tuple[CrashKind, ...] = (
             ),
         ),
     )),
+    # x86's #GP (arch/x86/kernel/traps.c): often a wild pointer, KASAN's "probably for non-
+    # canonical address".
     CrashKind("general protection fault", (
         TitleFormat(
             title="general protection fault.*:",
@@ -655,6 +664,7 @@ LINUX_CRASH_KINDS: tuple[CrashKind, ...] = (
             ),
         ),
     ), suppressions=(r"general protection fault .* error:\d+ in ",)),
+    # x86's #SS, a fault on a bad stack pointer.
     CrashKind("stack segment: ", (
         TitleFormat(
             title="stack segment: ",
@@ -664,6 +674,7 @@ LINUX_CRASH_KINDS: tuple[CrashKind, ...] = (
             ),
         ),
     )),
+    # panic() (kernel/panic.c): a title of its own only when no report came before it.
     CrashKind("Kernel panic", (
         TitleFormat(
             title="Kernel panic - not syncing: stack-protector:",
@@ -729,6 +740,7 @@ LINUX_CRASH_KINDS: tuple[CrashKind, ...] = (
             template="kernel panic: {1}",
         ),
     )),
+    # x86's double fault: usually a stack overflow.
     CrashKind("PANIC: double fault", (
         TitleFormat(
             title="PANIC: double fault",
@@ -738,6 +750,7 @@ LINUX_CRASH_KINDS: tuple[CrashKind, ...] = (
             ),
         ),
     )),
+    # A Rust panic in kernel code (overflow checks, unwrap).
     CrashKind("rust_kernel: panicked", (
         TitleFormat(
             title="rust_kernel: panicked",
@@ -749,6 +762,7 @@ LINUX_CRASH_KINDS: tuple[CrashKind, ...] = (
             ),
         ),
     )),
+    # BUG() and BUG_ON() on x86 ("kernel BUG at file:line!").
     CrashKind("kernel BUG", (
         TitleFormat(
             title="kernel BUG at mm/usercopy.c",
@@ -775,18 +789,21 @@ LINUX_CRASH_KINDS: tuple[CrashKind, ...] = (
             ),
         ),
     )),
+    # BUG() on arm.
     CrashKind("Kernel BUG", (
         TitleFormat(
             title="Kernel BUG (.*)",
             template="kernel BUG {1}",
         ),
     )),
+    # SLUB's consistency checks (mm/slub.c).
     CrashKind("BUG kmalloc-", (
         TitleFormat(
             title="BUG kmalloc-.*: Object already free",
             template="BUG: Object already free",
         ),
     )),
+    # x86's #DE.
     CrashKind("divide error:", (
         TitleFormat(
             title="divide error: ",
@@ -796,6 +813,7 @@ LINUX_CRASH_KINDS: tuple[CrashKind, ...] = (
             ),
         ),
     )),
+    # x86's #DE on older kernels.
     CrashKind("divide_error:", (
         TitleFormat(
             title="divide_error: ",
@@ -805,6 +823,7 @@ LINUX_CRASH_KINDS: tuple[CrashKind, ...] = (
             ),
         ),
     )),
+    # x86's #UD outside BUG().
     CrashKind("invalid opcode:", (
         TitleFormat(
             title="invalid opcode: ",
@@ -814,6 +833,7 @@ LINUX_CRASH_KINDS: tuple[CrashKind, ...] = (
             ),
         ),
     )),
+    # x86's breakpoint trap.
     CrashKind("int3:", (
         TitleFormat(
             title="int3: ",
@@ -823,6 +843,7 @@ LINUX_CRASH_KINDS: tuple[CrashKind, ...] = (
             ),
         ),
     )),
+    # The undefined-behaviour sanitizer (lib/ubsan.c).
     CrashKind("UBSAN:", (
         TitleFormat(
             title="UBSAN:",
@@ -852,6 +873,7 @@ LINUX_CRASH_KINDS: tuple[CrashKind, ...] = (
             ),
         ),
     )),
+    # A reboot nobody asked for: the machine crashed without a word.
     CrashKind("Booting the kernel.", (
         TitleFormat(
             title="^Booting the kernel",
@@ -859,6 +881,7 @@ LINUX_CRASH_KINDS: tuple[CrashKind, ...] = (
             no_stack_trace=True,
         ),
     ), suppressions=("Parsing ELF|Decompressing Linux|Unknown parameter '",)),
+    # A network device whose references never drop (net/core/dev.c).
     CrashKind("unregister_netdevice: waiting for", (
         TitleFormat(
             title="unregister_netdevice: waiting for (?:.*) to become free",
@@ -866,6 +889,7 @@ LINUX_CRASH_KINDS: tuple[CrashKind, ...] = (
             no_stack_trace=True,
         ),
     )),
+    # A file closed more times than opened (fs/open.c).
     CrashKind("VFS: Close: file count is 0", (
         TitleFormat(
             title="VFS: Close: file count is 0",
@@ -873,6 +897,7 @@ LINUX_CRASH_KINDS: tuple[CrashKind, ...] = (
             no_stack_trace=True,
         ),
     )),
+    # Inodes still in use after their file system went (fs/super.c).
     CrashKind("VFS: Busy inodes after unmount", (
         TitleFormat(
             title="VFS: Busy inodes after unmount",
@@ -880,6 +905,7 @@ LINUX_CRASH_KINDS: tuple[CrashKind, ...] = (
             no_stack_trace=True,
         ),
     )),
+    # arm and arm64's die().
     CrashKind("Internal error:", (
         TitleFormat(
             title="Internal error:",
@@ -890,6 +916,7 @@ LINUX_CRASH_KINDS: tuple[CrashKind, ...] = (
             ),
         ),
     )),
+    # arm's fault handler for what it cannot handle.
     CrashKind("Unhandled fault:", (
         TitleFormat(
             title="Unhandled fault:",
@@ -900,6 +927,7 @@ LINUX_CRASH_KINDS: tuple[CrashKind, ...] = (
             ),
         ),
     )),
+    # arm's unaligned access.
     CrashKind("Alignment trap:", (
         TitleFormat(
             title="Alignment trap:",
@@ -909,6 +937,7 @@ LINUX_CRASH_KINDS: tuple[CrashKind, ...] = (
             ),
         ),
     )),
+    # The Trusty TEE's own panics, printed into the kernel log on Android.
     CrashKind("trusty: panic", (
         TitleFormat(
             title="trusty: panic.* ASSERT FAILED",
