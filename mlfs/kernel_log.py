@@ -38,8 +38,8 @@ Signatures are titles in the spirit of syzbot's: the report's kind and where it
 happened (``WARNING in ext4_foo``, ``INFO: task hung in jbd2_log_wait_commit``), with
 numbers, addresses, pids and device minors masked, so one bug on a thousand machines is
 one title.  A crash report spans many records (header, registers, ``Call Trace:``,
-frames, ``---[ end trace <id> ]---``); `Blocks` groups them and names the function from
-the ``RIP:`` line or the first interesting frame once the block is complete.
+frames, ``---[ end trace <id> ]---``); `Blocks` groups them and, once the block is
+complete, titles it as syzbot does by `mlfs.crash`'s table of crash formats.
 """
 
 from __future__ import annotations
@@ -51,6 +51,8 @@ import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from mlfs.crash import parse_log
 
 from . import kernel_words
 
@@ -176,28 +178,6 @@ _RIP = re.compile(r"^(?:RIP|pc|PC is at|IP): (?:[0-9a-f]{4}:)?\s*(?:\[<[0-9a-f]+
                   r"(?P<func>[\w.]+)\+0x")
 _FRAME = re.compile(r"^\s*(?:\[<[0-9a-f]+>\] )?(?:\? )?(?P<func>[\w.]+)\+0x[0-9a-f]+/0x")
 _END = re.compile(r"^---\[ end (?:trace|Kernel panic)")
-#: frames that say how a task waits or how the report was made, not where the bug is:
-#: skipped when naming a report (syzbot keeps a longer list of the same kind)
-_WAIT_FRAMES = re.compile(r"^(?:__)?(?:schedule\w*|io_schedule\w*|wait_for_\w+|"
-                          r"\w*_wait\w*|mutex_lock\w*|down\w*|rwsem_\w+|__switch_to\w*|"
-                          r"context_switch|bit_wait\w*|out_of_line_wait_on_bit\w*|"
-                          r"rt_mutex\w*|percpu_\w+|__mutex_lock\w*|kthread|ret_from_fork\w*|"
-                          r"worker_thread|process_one_work|dump_stack\w*|show_stack|"
-                          r"__warn\w*|warn_slowpath\w*|report_bug|handle_bug|exc_invalid_op|"
-                          r"asm_exc_\w+|panic|__x64_sys_\w+|do_syscall_64|"
-                          r"entry_SYSCALL_64\w*|might_sleep|__might_sleep|___might_sleep|"
-                          r"__might_fault|sched_show_task|print_other_cpu_stall|"
-                          r"print_cpu_stall|check_cpu_stall\w*|rcu_\w+|update_process_times|"
-                          r"tick_\w+|__hrtimer_run_queues|hrtimer_interrupt|"
-                          r"\w*apic_timer_interrupt\w*|\w*sysvec_\w+|irq_exit\w*|"
-                          r"__sanitizer_cov_\w+|check_memory_region\w*|kasan_\w+|__asan_\w+|"
-                          r"__kasan_\w+|kmsan_\w+|__msan_\w+|print_address_description\w*|"
-                          r"print_report|lockdep_\w+|lock_acquire|lock_release|"
-                          r"_raw_spin_\w+|queued_spin_lock_slowpath|native_queued_\w+|"
-                          r"arch_stack_walk|stack_trace_save\w*|save_stack\w*|"
-                          r"watchdog_timer_fn|unwind_backtrace)(?:\.\w+)*$")
-#: KASAN's second line says what the access was: "Read of size 8 at addr ..."
-_ACCESS = re.compile(r"^(?P<rw>Read|Write) of size \d+")
 
 
 @dataclass(frozen=True)
@@ -328,45 +308,16 @@ def classify(message: str) -> Classified:
 
 
 def complete_title(title: str, kind: str, lines: list[str]) -> str:
-    """A block's title with its function, from the RIP line or the first telling frame."""
-    if title.startswith(("KASAN:", "KMSAN:", "KCSAN:")):
-        for line in lines[1:4]:  # "Read of size 8 at addr ...": syzbot's "... Read in f"
-            m = _ACCESS.match(line.strip())
-            if m:
-                what, sep, func = title.partition(" in ")
-                return f"{what} {m.group('rw')}{sep}{func}"
+    """A block's title as syzbot gives it (`mlfs.crash`), or its provisional one.
+
+    The block's records are a report's lines without console prefixes.  A block the
+    crash table has no format for keeps `title`, and so does one cut before its stack
+    (syzbot's "... in corrupted"): a header alone still says what its own line says.
+    """
+    report = parse_log("\n".join(lines))
+    if report is None or report.title.endswith(" in corrupted"):
         return title
-    if " in " in title and kind in ("warning", "bug") and not title.startswith("kernel BUG"):
-        func = title.rsplit(" in ", 1)[1]
-        if not _WAIT_FRAMES.match(func):
-            return title  # the header named it (WARNING in f): unless f only reports
-        title = title.rsplit(" in ", 1)[0]
-    func = None
-    if kind in ("oops", "bug", "soft_lockup", "rcu_stall"):
-        for line in lines:
-            m = _RIP.match(line.strip())
-            if m and not _WAIT_FRAMES.match(m.group("func")):
-                func = m.group("func")
-                break
-    if func is None:
-        after_irq = kind in ("rcu_stall", "soft_lockup") and any(
-            line.strip() == "</IRQ>" for line in lines)
-        seen_irq_end = not after_irq
-        for line in lines:
-            if line.strip() == "</IRQ>":
-                seen_irq_end = True
-                continue
-            m = _FRAME.match(line)
-            if seen_irq_end and m and not _WAIT_FRAMES.match(m.group("func")):
-                func = m.group("func")
-                break
-    if func is None:
-        return title
-    func = func.split(".")[0] if re.search(r"\.(?:isra|constprop|part|cold)\b", func) \
-        else func
-    if title.startswith("kernel BUG at"):
-        return f"kernel BUG in {func}"
-    return f"{title} in {func}"
+    return report.title
 
 
 def signature_id(kind: str, signature: str) -> str:

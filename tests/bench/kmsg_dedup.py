@@ -5,7 +5,9 @@
 tests/data/syzkaller/linux-report/ holds real kernel crash logs, each with the title
 syzkaller's authors gave it by hand (`TITLE:`); two logs with the same title are the
 same bug.  Each log (console prefixes stripped) goes through mlfs.kernel_log as the
-`linux.kmsg` backend reads it: the first report's block and its signature.  Over every
+`linux.kmsg` backend reads it: the first report's block and its signature (the block's
+title by `mlfs.crash`, syzbot's formats; `python -m tests.bench.kmsg_titles` measures
+that parser on whole logs, this bench on what `Blocks` hands it).  Over every
 pair of logs, "same report" is predicted three ways:
 
 - signature: the two signatures are equal (parsing alone);
