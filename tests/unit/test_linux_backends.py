@@ -373,9 +373,11 @@ def test_vm_bulk_write_size_is_the_big_writers_call_size_beside_small_calls_and_
         # keeps the last one's size, while the mean reads the few calls there are
         features = vm.step(vm.default_knobs(None)).features
         assert 1020 <= features["bulk_write_kb_per_call"] <= 1024
-        # the small writer alone (3.2 MB in a fraction of a second: a bulk writer's
-        # rate) reads its own size on both
-        writers.append(writer("16", 200_000))
+        # the small writer alone (16 MB in about a second: a bulk writer's rate) reads its
+        # own size on both; as much as the big writer wrote, so that the other tests'
+        # writes in the same machine-wide window (3.2 MB here gave 9 KiB on a loaded
+        # machine) cannot hold its median byte
+        writers.append(writer("16", 1_000_000))
         assert writers[-1].stdout.readline() == b"done\n"
         features = vm.step(vm.default_knobs(None)).features
         assert features["bulk_write_kb_per_call"] < 1
