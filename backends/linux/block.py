@@ -322,6 +322,15 @@ def check(settings: dict) -> tuple[dict, list[str]]:
     return kwargs, names
 
 
+def writes_kernel(settings: dict) -> bool:
+    """Whether these settings are root's to load (and to unload): an `apply` table writes
+    the queue's files, and `tracepoints` (true or "auto") has the daemon start its BPF
+    loader as root, attaching programs to the block layer (red team B4: a member of the
+    mount's group started root's loader this way)."""
+    return bool(settings.get("apply") or settings.get("knobs")
+                or settings.get("tracepoints", False) is not False)
+
+
 def settings_for_name(name: str) -> dict | None:
     """`mkdir MOUNT/linux.block.<dev>`: the settings serving that one disk."""
     device = name.removeprefix("linux.block.")

@@ -289,7 +289,8 @@ class Loader:
                               "settings name: only root may load it")
             if uid != 0 and backends.writes_kernel(entry):
                 raise Refused(errno.EPERM, "these settings let the subsystem write kernel "
-                              "settings (apply, knobs): only root may load them")
+                              "settings or start root's programs (apply, knobs, "
+                              "tracepoints): only root may load them")
             names = await self._bounded(backends.check_entry, entry)
         except backends.SettingError as exc:
             raise invalid(str(exc)) from None

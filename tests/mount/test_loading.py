@@ -481,7 +481,7 @@ def test_the_group_cannot_write_the_kernel_release_roots_pin_or_skip_the_gate(mo
         applying = "load linux.vm name=vmx apply={vfs_cache_pressure=[100,101]}"
         done = as_nobody(f"echo {shlex.quote(applying)} > {m.mountpoint}/control")
         assert done.returncode != 0 and "Operation not permitted" in done.stderr
-        assert "write kernel settings (apply, knobs): only root" in errors(m)[-1]
+        assert "write kernel settings or start root's programs" in errors(m)[-1]
         assert not (m.mountpoint / "vmx").exists()
         observing = "load linux.vm name=vmo"
         assert as_nobody(f"echo {shlex.quote(observing)} > {m.mountpoint}/control"
@@ -546,3 +546,22 @@ def test_a_damaged_loaded_json_is_set_aside_and_the_mount_comes_up(mount_root):
         finally:
             m.kill(signal.SIGTERM)
             shutil.rmtree(m.state_dir, ignore_errors=True)
+
+
+def test_the_group_cannot_start_roots_bpf_loader_through_linux_block(mount_root, loop):
+    """`tracepoints` makes the daemon run its BPF loader as root (red team B4): a load
+    that sets it is root's; the same device without it is the group's to observe."""
+    m = Mount(mount_root, GROUP_CONFIG).start()
+    try:
+        for value in ("true", '"auto"'):
+            tracing = f"load linux.block devices=[\"{loop}\"] tracepoints={value}"
+            done = as_nobody(f"echo {shlex.quote(tracing)} > {m.mountpoint}/control")
+            assert done.returncode != 0 and "Operation not permitted" in done.stderr, value
+            assert "start root's programs" in errors(m)[-1]
+            assert not (m.mountpoint / f"linux.block.{loop}").exists()
+        observing = f"load linux.block devices=[\"{loop}\"]"
+        done = as_nobody(f"echo {shlex.quote(observing)} > {m.mountpoint}/control")
+        assert done.returncode == 0, done.stderr
+        assert (m.mountpoint / f"linux.block.{loop}" / "info").exists()
+    finally:
+        m.kill(signal.SIGTERM)
