@@ -320,6 +320,13 @@ def complete_title(title: str, kind: str, lines: list[str]) -> str:
     return report.title
 
 
+def guilty_file(lines: list[str]) -> str:
+    """The source file to blame for a block (syzkaller's `guilty` rule, `mlfs.crash`), or
+    "" where the block names none: what a maintainer routes the report by."""
+    report = parse_log("\n".join(lines))
+    return (report.guilty_file or "") if report is not None else ""
+
+
 def signature_id(kind: str, signature: str) -> str:
     """The report's file name: `<kind>-<first 12 hex of sha256(signature)>`."""
     return f"{kind}-{hashlib.sha256(signature.encode()).hexdigest()[:12]}"
@@ -717,12 +724,14 @@ class Report:
     block: list[str]
     announced: float = 0.0
     budget: str = "kernel"
+    #: the source file to blame (`guilty_file`), "" when the block names none
+    guilty_file: str = ""
 
     def as_dict(self) -> dict:
         return {"id": self.id, "kind": self.kind, "title": self.title, "count": self.count,
                 "first_seen": self.first_seen, "last_seen": self.last_seen,
                 "release": self.release, "host": self.host, "block": list(self.block),
-                "budget": self.budget}
+                "budget": self.budget, "guilty_file": self.guilty_file}
 
     def text(self) -> str:
         """The report file: a header of `key: value` lines, a blank line, the block.
@@ -738,6 +747,8 @@ class Report:
                 f"count: {self.count}", f"first_seen: {when(self.first_seen)}",
                 f"last_seen: {when(self.last_seen)}", f"release: {self.release}",
                 f"host: {printable(self.host)}"]
+        if self.guilty_file:
+            head.append(f"guilty_file: {printable(self.guilty_file)}")
         return "\n".join(head) + "\n\n" + "\n".join(printable(line) for line in self.block) \
             + "\n"
 
@@ -825,7 +836,7 @@ class Reports:
                 return report, "duplicate"
             report = Report(rid, kind, title, 1, when, when, self.release, self.host,
                             list(block[:MAX_BLOCK_LINES]), announced=when,
-                            budget=report_class(kind, origin))
+                            budget=report_class(kind, origin), guilty_file=guilty_file(block))
             self._keep(report, text)
             return report, "new"
         self._touch(report, when)
@@ -852,6 +863,7 @@ class Reports:
                                     :MAX_BLOCK_LINES],
                                 float(item.get("announced", 0.0)))
                 budget = str(item.get("budget", report_class(report.kind)))
+                report.guilty_file = printable(str(item.get("guilty_file", "")))[:256]
             except (KeyError, TypeError, ValueError, AttributeError):
                 continue
             report.budget = budget if budget in BUDGETS else report_class(report.kind)

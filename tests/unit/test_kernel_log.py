@@ -181,3 +181,19 @@ def test_mlfs_reports_prints_no_terminal_control_sequence():
         assert "\x1b" not in out and "\x07" not in out
         assert "\\x1b]0;PWNED-TITLE\\x07" in out
     assert "\x1b" not in private_masked(title)
+
+
+def test_a_report_names_the_guilty_file_as_syzkallers_corpus_does_and_keeps_it():
+    """Each log of syzkaller's guilty corpus names its file on the first line; a report
+    the daemon makes of the block carries it, in its file and across a restart."""
+    corpus = Path(__file__).resolve().parents[1] / "data" / "syzkaller" / "linux-guilty"
+    source = (corpus / "0").read_text()
+    expected = source.splitlines()[0].removeprefix("FILE: ").strip()
+    block = [line for line in source.split("\n\n", 1)[1].splitlines() if line.strip()]
+    reports = Reports("6.1.0", "host")
+    report, status = reports.seen("bug", "KASAN: use-after-free in ip6_send_skb", block, 1.0)
+    assert status == "new" and report.guilty_file == expected == "net/ipv6/ip6_output.c"
+    assert f"guilty_file: {expected}" in report.text()
+    again = Reports("6.1.0", "host")
+    again.load(reports.to_json())
+    assert again.by_id[report.id].guilty_file == expected
