@@ -182,11 +182,15 @@ def test_policy_whose_checksum_does_not_match_its_card_is_never_used(
     digit = next(i for i in range(at, len(text)) if text[i].isdigit())
     tampered = text[:digit] + str((int(text[digit]) + 1) % 10) + text[digit + 1:]
     verify(tampered)
-    # the good version's signed card and signature, but another text: the signature holds,
-    # the text is not the one the card vouches for
+    # a card for `bad`, signed by the trusted key for that version and the good text's
+    # sha256, beside another text: the signature holds, the text is not the one vouched for
+    from mlfs.fleet.signing import sign_policy
+
+    card_bytes = json.dumps(dict(card, version=bad)).encode()
     policy_file(store, bad, "txt").write_text(tampered)
-    policy_file(store, bad, "sig").write_bytes(policy_file(store, good, "sig").read_bytes())
-    policy_file(store, bad, "json").write_bytes(policy_file(store, good, "json").read_bytes())
+    policy_file(store, bad, "json").write_bytes(card_bytes)
+    policy_file(store, bad, "sig").write_bytes(sign_policy(
+        demo_key(store), "sim.readahead", bad, card["sha256"], card_bytes))
     del card
     m = Mount(mount_root, config=FAST_CONFIG.replace("seed = 1", "seed = 4"), name="new")
     worker = None
