@@ -130,7 +130,13 @@ class Mount(MountProcess):
         self.stop(sig, timeout)
 
 
-def wait_for(predicate, timeout: float = 20.0, interval: float = 0.05, what: str = ""):
+#: how long a condition may take before the test calls it broken: generous, because a
+#: timeout must say "broken", never "slow" (CI's machines differ ~3x in speed by day, and
+#: a loaded one took over 20 s to seal a traced device's first row)
+BROKEN_AFTER = 60.0
+
+
+def wait_for(predicate, timeout: float = BROKEN_AFTER, interval: float = 0.05, what: str = ""):
     """Poll until `predicate()` is truthy; fail the test with `what` otherwise."""
     deadline = time.monotonic() + timeout
     while True:
@@ -250,7 +256,7 @@ class EventStream(client.EventStream):
         self.seen += events
         return events
 
-    def wait_for(self, predicate, timeout: float = 10.0, what: str = "") -> dict:
+    def wait_for(self, predicate, timeout: float = BROKEN_AFTER, what: str = "") -> dict:
         """The next event for which predicate(event) is true (earlier ones are skipped)."""
         event = super().wait_for(predicate, timeout)
         if event is None:

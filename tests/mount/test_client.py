@@ -40,7 +40,7 @@ def test_event_stream_wakes_on_poll_and_yields_whole_json_events(shared_mount, s
         client.write_line(model / "control", "start\n")
         event = events.wait_for(lambda e: e.get("event") == "state"
                                 and e.get("model") == "client-events"
-                                and e.get("to") in ("started", "running"), timeout=10)
+                                and e.get("to") in ("started", "running"))
         assert event is not None, list(events.recent)
         assert event["subsystem"] == "sim.readahead" and event["from"] == "initialized"
         assert events.bad_lines == 0 and not events.ended

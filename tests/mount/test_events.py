@@ -276,7 +276,7 @@ def test_fifty_blocked_readers_do_not_stall_the_mount(quiet_mount, quiet_models)
                   f"cat {quiet_mount.mountpoint}/metrics >/dev/null", timeout=20)
         assert done.returncode == 0, done.stderr
         prepare(quiet_mount)
-        wait_for(lambda: all(b"portion" in _peek(p) for p in procs), timeout=10,
+        wait_for(lambda: all(b"portion" in _peek(p) for p in procs),
                  what="every reader got the portion line")
         for proc in procs:
             proc.send_signal(signal.SIGTERM)

@@ -130,7 +130,7 @@ def test_a_loop_device_over_a_full_tmpfs_gives_io_error_rows_with_its_device(kms
                 time.sleep(0.1)
             if logged():
                 break
-        wait_for(logged, timeout=10, what=f"an io_error row for {name}")
+        wait_for(logged, what=f"an io_error row for {name}")
         errors = [r for r in rows(kmsg_mount) if r["device"] == name]
         assert any("critical space allocation error, dev " + name in r["message"]
                    for r in errors)

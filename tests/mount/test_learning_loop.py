@@ -143,7 +143,7 @@ def test_a_model_that_recommends_badly_is_demoted_and_the_default_runs(loop_moun
 @pytest.mark.parametrize("loop_mount", [{"silence": 1.0}], indirect=True)
 def test_a_silent_trainer_leads_to_emergency_and_a_recommendation_brings_it_back(loop_mount):
     model = _model(loop_mount)
-    wait_for(lambda: (model / "mode").read_text() == "emergency\n", timeout=10,
+    wait_for(lambda: (model / "mode").read_text() == "emergency\n",
              what="emergency after silence")
     assert (model / "mode_switching").read_text() == "auto\n"
     done = sh(f"echo 'read_ahead_kb=256' > {model}/recommend")
@@ -189,7 +189,7 @@ def test_a_valid_policy_is_loaded_run_in_process_and_read_back(loop_mount):
     for value in (0, 64, 512, 4096):
         sh(f"echo 'read_ahead_kb={value} ttl=4' > {model}/recommend")
         wait_for(lambda v=value: (loop_mount.sub / "knobs/read_ahead_kb").read_text()
-                 == f"{v}\n", timeout=10, interval=0.002, what=f"{value} applied")
+                 == f"{v}\n", interval=0.002, what=f"{value} applied")
     sh(f"echo prepare_dataset > {loop_mount.sub}/control")
     table = _table(loop_mount.sub / "dataset")
     text = _train_policy(table, ["sequential_ratio", "mem_pressure", "knob_read_ahead_kb"])

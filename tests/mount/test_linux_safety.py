@@ -59,7 +59,7 @@ def test_stop_and_unmount_restore_the_original(mount_root: Path, loop: str,
         assert sh(f"echo stop > {model}/control").returncode == 0
         # release() restores at once; a tick already past its decision may still
         # write the old recommendation once, and the next (default) tick undoes it
-        wait_for(lambda: read_ahead(loop) == original, timeout=2, what="restored on stop")
+        wait_for(lambda: read_ahead(loop) == original, what="restored on stop")
 
         done = sh(f"echo start > {model}/control && echo read_ahead_kb=2048 > {model}/recommend")
         assert done.returncode == 0, done.stderr
@@ -123,9 +123,9 @@ def test_traced_device_serves_request_features_and_its_tracer_dies_with_the_daem
                 "WHERE trace_seq_share > 0.9 AND trace_read_kb BETWEEN 60 AND 68").fetchall()
             return count
 
-        wait_for(lambda: sequential_rows() > 0, timeout=20,
+        wait_for(lambda: sequential_rows() > 0,
                  what="a sealed row with the dd stream's trace features")
         m.kill(signal.SIGKILL)
-        wait_for(lambda: ended(tracer), timeout=5, what="the capture ended with its daemon")
+        wait_for(lambda: ended(tracer), what="the capture ended with its daemon")
     finally:
         m.kill(signal.SIGTERM)

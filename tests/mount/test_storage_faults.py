@@ -72,7 +72,7 @@ def test_a_full_state_dir_is_a_critical_state_not_a_crash_and_loses_nothing(
                 time.sleep(0.02)
             emergency = events.wait_for(
                 lambda e: e.get("event") == "emergency" and "storage" in e.get("why", ""),
-                timeout=10, what="an emergency event naming storage")
+                what="an emergency event naming storage")
             assert "ENOSPC" in emergency["why"]
             assert write_errno(model / "control", b"prepare_dataset\n") == errno.ENOSPC
             assert write_errno(m.sub / "control", b"prepare_dataset\n") == errno.ENOSPC
@@ -87,7 +87,7 @@ def test_a_full_state_dir_is_a_critical_state_not_a_crash_and_loses_nothing(
             filler.unlink()  # space returns: everything resumes by itself
             events.wait_for(lambda e: e.get("event") == "mode" and e.get("from") == "emergency",
                             timeout=30, what="the model leaving emergency")
-            wait_for(lambda: recommend(n + 1) == 0, timeout=10, what="recommend accepted again")
+            wait_for(lambda: recommend(n + 1) == 0, what="recommend accepted again")
             assert write_errno(m.sub / "control", b"prepare_dataset\n") == 0
         assert m.alive()
         assert refused.count(errno.ENOSPC) >= 1
@@ -119,7 +119,7 @@ def test_refused_objective_writes_are_counted_and_logged(shared_mount):
     assert write_errno(shared_mount.sub / "objective", b"1_000\n") == errno.EINVAL
     assert write_errno(shared_mount.sub / "objective", b"1000\n") == 0
     wait_for(lambda: "objective refused" in log.read_text() and "1_000" in log.read_text(),
-             timeout=5, what="a log line for the refused objective")
+             what="a log line for the refused objective")
 
 
 def fd_count(pid: int) -> int:
@@ -157,7 +157,7 @@ def test_few_file_descriptors_give_a_clear_errno_and_nothing_half_created(mount)
     finally:
         subprocess.run(["prlimit", "--pid", str(m.pid), f"--nofile={soft}:{hard}"], check=True)
     wait_for(lambda: write_errno(m.sub / "control", b"prepare_dataset\n") == 0,
-             timeout=10, what="sealing to work again")
+             what="sealing to work again")
     assert (model / "state").read_text().strip() in ("started", "running")
     m.umount()
     m.start()

@@ -61,7 +61,7 @@ def settle(traced: LinuxBlock, requests: int) -> None:
     """Wait until the capture handed over `requests` read requests in all (the loader
     flushes its ring at least every 100 ms; the backend's next snapshot sees them)."""
     wait_for(lambda: (traced.tracer.totals() or {}).get("requests", 0) >= requests,
-             timeout=10, what=f"{requests} read requests captured")
+             what=f"{requests} read requests captured")
 
 
 def test_trace_features_tell_a_sequential_stream_from_random_reads(traced: LinuxBlock,
@@ -105,7 +105,7 @@ def test_a_dead_tracer_gives_missing_values_not_a_dead_subsystem(traced: LinuxBl
                                                                  loop: str) -> None:
     traced.step(traced.default_knobs(None))
     os.kill(traced.tracer.pid, signal.SIGKILL)
-    wait_for(lambda: traced.tracer.totals() is None, timeout=5, what="the capture's end seen")
+    wait_for(lambda: traced.tracer.totals() is None, what="the capture's end seen")
     assert traced.tracer.error and "ended" in traced.tracer.error
     direct_reads(loop, [0, CHUNK])
     sample = traced.step(traced.default_knobs(None))
