@@ -21,9 +21,15 @@ import logging
 from dataclasses import dataclass
 
 from mlfs.core.errors import Refused
-from mlfs.core.verifier import verify
+from mlfs.core.verifier import MAX_POLICY_BYTES, verify
 
-from .layout import POLICIES, policy_path, policy_version
+from .layout import (
+    MAX_DOCUMENT_BYTES,
+    MAX_SIGNATURE_BYTES,
+    POLICIES,
+    policy_path,
+    policy_version,
+)
 from .signing import SigningError, load_trusted, signed_by
 from .store import Store
 
@@ -42,11 +48,8 @@ class FleetPolicy:
 
 
 def _versions(store: Store, subsystem: str) -> list[int]:
-    try:
-        names = store.fs.ls(store.path(f"{POLICIES}/{subsystem}"), detail=False)
-    except FileNotFoundError:
-        return []
-    found = [policy_version(n.rsplit("/", 1)[-1]) for n in names]
+    names = store.list(f"{POLICIES}/{subsystem}/")
+    found = [policy_version(n.rsplit("/", 1)[-1]) for n in names if n.count("/") == 2]
     return sorted((v for v, suffix in filter(None, found) if suffix == "json"), reverse=True)
 
 
@@ -70,10 +73,11 @@ def _checked(store: Store, subsystem: str, version: int, trusted: list | None
     `trusted`: the operator's public keys (None: integrity only, for the publisher
     numbering its next version without a key)."""
     try:
-        card_bytes = store.fs.cat_file(store.path(policy_path(subsystem, version, "json")))
+        card_bytes = store.get(policy_path(subsystem, version, "json"), MAX_DOCUMENT_BYTES)
         if trusted is not None:
             try:
-                signature = store.fs.cat_file(store.path(policy_path(subsystem, version, "sig")))
+                signature = store.get(policy_path(subsystem, version, "sig"),
+                                      MAX_SIGNATURE_BYTES)
             except FileNotFoundError:
                 raise PullError(f"{subsystem} policy {version}: unsigned (no {version:010d}.sig)"
                                 ": skipped") from None
@@ -81,7 +85,7 @@ def _checked(store: Store, subsystem: str, version: int, trusted: list | None
                 raise PullError(f"{subsystem} policy {version}: not signed by a trusted key: "
                                 "skipped")
         card = json.loads(card_bytes)
-        data = store.fs.cat_file(store.path(policy_path(subsystem, version, "txt")))
+        data = store.get(policy_path(subsystem, version, "txt"), MAX_POLICY_BYTES)
     except (OSError, ValueError) as exc:
         raise PullError(f"{subsystem} policy {version}: unreadable: {exc}") from exc
     digest = hashlib.sha256(data).hexdigest()
