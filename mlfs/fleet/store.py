@@ -16,9 +16,11 @@ scheme in `STORES` (a plain path is a directory):
   objects a killed pusher never finished naming in its manifest, so `atomic`
   is False (readers go by manifests, mlfs/fleet/manifest.py); `put_if_absent` is
   S3's conditional write (`If-None-Match: *`).
-* `FsspecStore` (any other fsspec URL: `memory://`, `gcs://`, ...): whole writes
+* `FsspecStore` (any other fsspec URL: `gcs://`, `ssh://`, ...): whole writes
   are not promised and no conditional write is known, so `put_if_absent` is
   refused with `Unsupported`, and with it the host claim (push.py).
+  `MemoryStore` (`memory://`, one process's) adds a lock and so a conditional
+  write.
 
 Readers are bounded: `get` checks the object's size and that it is a regular
 file before a byte is read (F9: a FIFO; F10: a 1.5 GB card), and `list` refuses
@@ -35,6 +37,7 @@ import errno
 import hashlib
 import os
 import posixpath
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -331,12 +334,28 @@ class S3Store(FsspecStore):
         return True
 
 
+class MemoryStore(FsspecStore):
+    """fsspec's `memory://`, one process's dict: a lock makes `put_if_absent` atomic
+    there, which no lock can do for a store other processes write too (tests, demos)."""
+
+    conditional = True
+    _lock = threading.Lock()
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        with self._lock:
+            if self._fs.exists(self._path(key)):
+                return False
+            self.put(key, data)
+        return True
+
+
 #: the implementation per URL scheme; every other scheme fsspec knows is a FsspecStore
 STORES: dict[str, type[Store]] = {
     "": DirectoryStore,
     "file": DirectoryStore,
     "s3": S3Store,
     "s3a": S3Store,
+    "memory": MemoryStore,
 }
 
 
