@@ -159,6 +159,7 @@ def objects(store: Store, subsystem: str, kind: str) -> list[str]:
         return [k for k in store.list() if fnmatch.fnmatchcase(k, pattern)
                 and k.count("/") == pattern.count("/")]
     out: list[str] = []
+    seen: set[str] = set()  # a source named twice (under two keys) is listed once
     for key in found:
         host = key.rsplit("/", 1)[-1].removesuffix(".json")
         try:
@@ -170,6 +171,9 @@ def objects(store: Store, subsystem: str, kind: str) -> list[str]:
             if entry["kind"] != kind or not fnmatch.fnmatchcase(entry["subsystem"], subsystem):
                 continue
             source = Source(entry["subsystem"], entry["kind"], entry.get("model", ""))
+            if source.object_dir(host) in seen:
+                continue
+            seen.add(source.object_dir(host))
             out += [source.object_path(host, n)
                     for n in shipped(store, source, host, entry["ranges"])]
     return out

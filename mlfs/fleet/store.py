@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import logging
 import os
 import posixpath
 import threading
@@ -53,6 +54,8 @@ from mlfs.core.durable import (
     open_regular_at,
     write_at,
 )
+
+log = logging.getLogger("mlfs.fleet")
 
 #: the largest object `get` reads unless the caller bounds it tighter (a portion is a few
 #: MiB; a policy is bounded by the verifier's 16 MiB)
@@ -202,6 +205,9 @@ class DirectoryStore(Store):
         try:
             top = open_dir(self.root, prefix.split("/") if prefix else [])
         except (FileNotFoundError, NotADirectoryError):
+            return []
+        except UnsafePath as exc:  # a link planted for a directory: it holds nothing
+            log.error("%s: %s", self.url, exc)
             return []
         out: list[str] = []
         try:
