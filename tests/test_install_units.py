@@ -76,3 +76,42 @@ def test_a_bad_root_or_prefix_is_one_line_and_exit_2(tmp_path, args, said):
     assert done.returncode == 2 and said in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "etc").exists()
+
+
+def test_a_link_at_a_unit_path_is_replaced_and_its_target_never_touched(tmp_path):
+    """Red-team U2: the link's target was overwritten with the unit and chmodded 0644."""
+    precious = tmp_path / "precious"
+    precious.write_text("root's secret\n")
+    precious.chmod(0o600)
+    units = tmp_path / "root/etc/systemd/system"
+    units.mkdir(parents=True)
+    (units / "mlfs@.service").symlink_to(precious)
+    done = install(tmp_path / "root")
+    assert done.returncode == 0, done.stderr
+    assert precious.read_text() == "root's secret\n"
+    assert oct(precious.stat().st_mode)[-3:] == "600"
+    assert not (units / "mlfs@.service").is_symlink()
+    assert "ExecStart=" in (units / "mlfs@.service").read_text()
+
+
+def test_a_masked_unit_stays_masked_said_in_one_line_and_exit_2(tmp_path):
+    units = tmp_path / "etc/systemd/system"
+    units.mkdir(parents=True)
+    (units / "mlfs-train@.service").symlink_to("/dev/null")
+    mode = Path("/dev/null").stat().st_mode
+    done = install(tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "masked" in done.stderr
+    assert (units / "mlfs-train@.service").readlink() == Path("/dev/null")
+    assert Path("/dev/null").stat().st_mode == mode
+    assert "ExecStart=" in (units / "mlfs@.service").read_text()  # the others installed
+
+
+def test_directories_are_0755_whatever_the_umask(tmp_path):
+    done = subprocess.run(["sh", "-c", f"umask 0; exec {MLFS} install-units --root {tmp_path}"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    for path in [tmp_path / "etc", tmp_path / "etc/systemd/system",
+                 tmp_path / "usr/local/share/man/man8"]:
+        assert oct(path.stat().st_mode)[-3:] == "755", path
+    assert oct((tmp_path / "etc/systemd/system/mlfs@.service").stat().st_mode)[-3:] == "644"

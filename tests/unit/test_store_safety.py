@@ -24,7 +24,7 @@ from mlfs.fleet.manifest import manifest_path, objects
 from mlfs.fleet.push import HostClash, claim
 from mlfs.fleet.store import FsspecStore, Store, StoreUnavailable
 from mlfs.fleet.train import load_infos
-from tests.harness import REPO
+from tests.harness import REPO, mlfs_command
 
 
 def _victim(tmp_path):
@@ -223,3 +223,15 @@ def test_read_bounded_refuses_a_link(tmp_path):
     os.symlink(victim, tmp_path / "link")
     with pytest.raises(UnsafePath):
         read_bounded(tmp_path / "link", 100)
+
+
+def test_keygen_refuses_a_dangling_link_at_the_public_key_in_one_line(tmp_path):
+    """Red-team F7: `exists()` is False for a dangling link, and the key went through it."""
+    target = tmp_path / "kg-target"
+    os.symlink(target, tmp_path / "fleet.key.pub")
+    done = subprocess.run(mlfs_command("fleet", "keygen", str(tmp_path / "fleet.key")),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "never overwritten" in done.stderr
+    assert not target.exists()
+    assert not (tmp_path / "fleet.key").exists()
