@@ -48,7 +48,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mlfs.core.durable import read_bounded, write_durably
+from mlfs.core.durable import UnsafePath, read_bounded, write_durably
 from mlfs.core.shipped import cursor_path
 from mlfs.core.statedir import FORMAT_FILE
 
@@ -424,8 +424,10 @@ class Pusher:
         try:
             self.store.put(status_path(self.host["host_id"]),
                            json.dumps(record, sort_keys=True).encode())
-        except StoreUnavailable as exc:
-            log.debug("status record not written: %s", exc)
+        except StoreUnavailable as exc:  # a planted link is worth a warning: an attack
+            refused = isinstance(exc.__cause__, UnsafePath)
+            log.log(logging.WARNING if refused else logging.DEBUG,
+                    "status record not written: %s", exc)
 
     def metrics_text(self) -> str:
         host = self.host["host_id"]
