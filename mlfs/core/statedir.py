@@ -29,7 +29,7 @@ from pathlib import Path
 
 from mlfs.abi import NAME, NAME_RULE
 
-from .durable import set_aside, write_durably
+from .durable import NotRegular, TooLarge, UnsafePath, read_bounded, set_aside, write_durably
 
 log = logging.getLogger("mlfs.state")
 
@@ -54,6 +54,9 @@ MOUNT_ROOT_FILES = frozenset({"version", "events", "metrics", "control", "errors
 RESERVED = STATE_ENTRIES | MOUNT_ROOT_FILES
 #: ...nor names ending so: what is set aside (`durable.set_aside`) or half written
 RESERVED_SUFFIXES = (".damaged", ".tmp")
+#: the most a one-word state file (format, host, pid, pin) may hold: a FIFO, a device or
+#: a huge file planted in its place is refused before a byte is read
+SMALL_FILE_BYTES = 4096
 
 
 class FormatError(Exception):
@@ -90,11 +93,15 @@ def read_word(path: Path) -> tuple[str | None, str]:
     (None, "") when the file does not exist.
     """
     try:
-        return Path(path).read_text(encoding="ascii").strip(), ""
+        return read_bounded(path, SMALL_FILE_BYTES).decode("ascii").strip(), ""
     except FileNotFoundError:
         return None, ""
+    except UnsafePath:
+        return None, "a symbolic link (not followed)"
     except OSError as exc:
         return None, f"unreadable: {exc.strerror or exc}"
+    except (NotRegular, TooLarge) as exc:
+        return None, str(exc)
     except ValueError:
         return None, "not ASCII text"
 
