@@ -37,7 +37,7 @@ FORMAT_FILE = "format"
 #: the subsystems loaded at run time (`load` on MOUNT/control), re-created at mount
 LOADED_FILE = "loaded.json"
 #: the layout this mlfs writes
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 
 #: the operator's mount-wide emergency pin (MOUNT/control `emergency`), kept across mounts
 EMERGENCY_PIN_FILE = "emergency_pinned"
@@ -165,10 +165,21 @@ def _v2_to_v3(state_dir: Path) -> str:
             "write-ahead files of tick stores replay unchanged")
 
 
+def _v3_to_v4(state_dir: Path) -> str:
+    """Version 4 writes record write-ahead files as checksummed frames with an
+    acknowledgement mark (`mlfs.core.arrow_wal`).  Unframed version-3 files still
+    replay, so nothing is converted; the version is raised so that an older mlfs, which
+    would read a framed file as damaged and drop its pending records, refuses the
+    directory."""
+    return ("record write-ahead files are checksummed frames from now on; older unframed "
+            "files still replay")
+
+
 #: (from version, step): step(state_dir) upgrades from -> from + 1, returns what it did
 STEPS: list[tuple[int, Callable[[Path], str]]] = [
     (1, _v1_to_v2),
     (2, _v2_to_v3),
+    (3, _v3_to_v4),
 ]
 
 
