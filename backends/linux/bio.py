@@ -27,7 +27,7 @@ fio run of 200,000 requests in three completes 1, 32 or 64 requests without the
 block_rq_complete program running at all: its own run count (`kernel.bpf_stats_enabled`)
 falls short of rq_issue's and of the device's completed reads by exactly the records
 missing, with no recursion miss, and the ring was never full
-(docs/bench/bio-capture-runs/run_cnt.py); bpftrace's count of the classic
+(bench-results/bio-capture-runs/run_cnt.py); bpftrace's count of the classic
 block:block_rq_complete tracepoint falls short by the same number in the same runs
 (tracepoint_count.py), and so does a program on block_io_done, the tracepoint beside
 the line that counts the completion in /sys/block/<dev>/stat.  kprobes are not built

@@ -73,7 +73,7 @@ LABEL_BOUND = 1000.0
 #: died hang for two hours); 1 is the smallest it takes
 NETWORK_TIMEOUT_MINUTES = 1
 #: one fit may take this long before the run gives up (the 10 M-row bench fit
-#: takes minutes on 2 workers; see docs/bench/fleet.md)
+#: takes minutes on 2 workers; see docs/results/fleet.md)
 FIT_TIMEOUT = 3600.0
 #: how often the fit's watcher asks the scheduler which workers are alive
 WATCH_SECONDS = 0.25
