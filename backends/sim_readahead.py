@@ -28,7 +28,7 @@ whatever the knob (common random numbers: counterfactual comparisons are fair).
 many ticks late, as a reader keeps the value its files were opened with:
 the knob declares it as `settle_ticks`, so benchmarks can check that the
 proxy's efficiency stays honest for a knob with carry-over
-(docs/bench/efficiency-carryover.md).  `expected_objective` ignores it.
+(docs/results/efficiency-carryover.md).  `expected_objective` ignores it.
 
 Phases (`PHASES`):
 

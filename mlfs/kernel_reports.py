@@ -55,7 +55,7 @@ def fleet_reports(url: str, subsystem: str = KERNEL_LOG_SUBSYSTEM) -> list[dict]
               "block"]
     tables = []
     for path in consistent(store, objects(store, subsystem, "records")):
-        with store.fs.open(path, "rb") as fh:
+        with store.open(path) as fh:
             table = pq.read_table(fh)
         if not set(wanted) <= set(table.column_names):
             continue

@@ -76,3 +76,55 @@ def test_a_bad_root_or_prefix_is_one_line_and_exit_2(tmp_path, args, said):
     assert done.returncode == 2 and said in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "etc").exists()
+
+
+def test_a_link_at_a_unit_path_is_replaced_and_its_target_never_touched(tmp_path):
+    """Red-team U2: the link's target was overwritten with the unit and chmodded 0644."""
+    precious = tmp_path / "precious"
+    precious.write_text("root's secret\n")
+    precious.chmod(0o600)
+    units = tmp_path / "root/etc/systemd/system"
+    units.mkdir(parents=True)
+    (units / "mlfs@.service").symlink_to(precious)
+    done = install(tmp_path / "root")
+    assert done.returncode == 0, done.stderr
+    assert precious.read_text() == "root's secret\n"
+    assert oct(precious.stat().st_mode)[-3:] == "600"
+    assert not (units / "mlfs@.service").is_symlink()
+    assert "ExecStart=" in (units / "mlfs@.service").read_text()
+
+
+def test_a_masked_unit_stays_masked_said_in_one_line_and_exit_2(tmp_path):
+    """Run in a mount namespace with a scratch file bound over /dev/null, so an installer
+    that wrote through the mask (main did: it made the machine's /dev/null 0644) harms
+    only the scratch file."""
+    if shutil.which("unshare") is None:
+        pytest.skip("unshare (util-linux) is needed to stand in for /dev/null")
+    units = tmp_path / "etc/systemd/system"
+    units.mkdir(parents=True)
+    (units / "mlfs-train@.service").symlink_to("/dev/null")
+    stand_in = tmp_path / "null"
+    stand_in.write_bytes(b"")
+    stand_in.chmod(0o666)
+    done = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+         'mount --bind "$0" /dev/null && exec "$1" install-units --root "$2"',
+         str(stand_in), str(MLFS), str(tmp_path)],
+        capture_output=True, text=True, timeout=60)
+    if "mount" in done.stderr and "permission denied" in done.stderr.lower():
+        pytest.skip(f"no mount namespace here: {done.stderr.strip()[:200]}")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and "masked" in done.stderr
+    assert (units / "mlfs-train@.service").readlink() == Path("/dev/null")
+    assert stand_in.read_bytes() == b"" and oct(stand_in.stat().st_mode)[-3:] == "666"
+    assert "ExecStart=" in (units / "mlfs@.service").read_text()  # the others installed
+
+
+def test_directories_are_0755_whatever_the_umask(tmp_path):
+    done = subprocess.run(["sh", "-c", f"umask 0; exec {MLFS} install-units --root {tmp_path}"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    for path in [tmp_path / "etc", tmp_path / "etc/systemd/system",
+                 tmp_path / "usr/local/share/man/man8"]:
+        assert oct(path.stat().st_mode)[-3:] == "755", path
+    assert oct((tmp_path / "etc/systemd/system/mlfs@.service").stat().st_mode)[-3:] == "644"

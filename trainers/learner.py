@@ -575,7 +575,7 @@ class KnobLearner:
         (and the judges, the free tuning and learning alone, are not trained):
         predicting the rows is not choosing well (dropped priors that were winning
         ended up to 0.019 of the oracle below the prior as it came;
-        docs/bench/learning-34/README.md, "A prior that wins is not dropped").  A prior
+        docs/results/learning-34.md, "A prior that wins is not dropped").  A prior
         demoted to learning, or never promoted, is judged on its predictions again."""
         if not self.adopted or self._prior is None:
             return {"dropped": False, "reason": "not adopted"}
@@ -637,7 +637,7 @@ class KnobLearner:
         mostly the prior's own choices: trees free to split on a knob lowered or raised
         the settings it chose and re-ranked them against settings never measured here
         (fleet cold start: the corrected prior worse than the prior as it came by up to
-        0.008 of the oracle; docs/bench/learning-34/README.md, "The fleet prior's
+        0.008 of the oracle; docs/results/learning-34.md, "The fleet prior's
         ranking")."""
         return {**params, "feature_contri": [1.0] * len(self.features)
                 + [0.0] * len(self.knobs)}
@@ -815,14 +815,14 @@ class KnobLearner:
         a carry-over knob settled is left out of the fit, so it must not count
         here either: an exploration cut short by a phase change before its
         setting settled has told the model nothing, and counted it would stop
-        coverage from trying the setting there again (docs/bench/dirty-ratios.md,
+        coverage from trying the setting there again (docs/results/dirty-ratios.md,
         "fifth try": the 1 % background ratio in the checkpoint phase, 7 rows, none
         settled).
 
         States like this one: the `k` nearest rows in standardized feature space,
         and of those only the ones within 1.5 standard deviations (root mean
         square over the features).  The `k` nearest alone reach into the next phase as long
-        as this one has fewer than `k` rows: at tick 331 of docs/bench/dirty-win-12
+        as this one has fewer than `k` rows: at tick 331 of bench-results/dirty-win-12
         run 2 the checkpoint phase had 127 settled rows, the 200 nearest took 73 of
         the scratch phase's, whose 5 rows at 1 % counted for checkpoint, and 1 % was
         never tried there.  Two phases that differ in a feature lie at least two of
@@ -854,7 +854,7 @@ class KnobLearner:
         setting is measured at least once per kind of state (a phase); without
         it a tree model extrapolates flat from the nearest value it saw and the
         UCB below may never reach a setting whose gain shows only in one
-        phase (docs/bench/dirty-win-4: the 1 % background ratio never tried in
+        phase (bench-results/dirty-win-4: the 1 % background ratio never tried in
         the checkpoint phase).  Its cost is bounded: `cover` rows per
         candidate per state.  The schedule passes half an exploration's ticks.
 
@@ -928,7 +928,7 @@ class KnobLearner:
         # flat, so an unmeasured far setting predicts like its measured neighbour and its
         # optimism outbids every measured one (widened to those, the simulator's seed
         # 21 tried 1-4 KiB in a sequential phase at x0.17-0.19 the default; on 60 seeds
-        # the mean time to recommendation went 998 -> 899 ticks, docs/bench/learning-34)
+        # the mean time to recommendation went 998 -> 899 ticks, docs/results/learning-34.md)
         reachable = self._next_to_measured(counts_all, cover)[keep]
         score = np.where(near | (reachable & (optimistic >= np.max(pred))), optimistic, -np.inf)
         score += rng.normal(0.0, noise * scale, size=len(score))
@@ -954,7 +954,7 @@ class KnobLearner:
         it, and `challenge` drops it once this host's rows predict better (centred on
         this host's measurements instead, newcomers reached recommendation later than
         hosts learning alone, 1,121 against 929.5 ticks, and did worse on 7 of 10 seeds;
-        docs/bench/learning-34)."""
+        docs/results/learning-34.md)."""
         if self.adopted:
             centre = self._recommended_codes(latest_features)
         else:

@@ -21,7 +21,7 @@ above its own month.  `default_windows` picks window features (`mlfs.abi`'s gram
 the policy names them, and the proxy computes them tick by tick from the same rule.  On
 sim.disks, at the threshold rule's false-alarm rate, the same fit catches x1.82 of the
 rule's failures without them and x5.09 with them, x6.31 with leaves of 100 rows
-(docs/bench/predict-sim-disks.md).
+(docs/results/predict-sim-disks.md).
 
 Labels come from the rows themselves (`mlfs.core.outcomes` defines the same rule for
 scoring; it is restated here because a trainer imports only the client and the ABI):
@@ -48,18 +48,18 @@ __all__ = ["CHALLENGE_HOLDOUT", "EventLearner", "MIN_POSITIVES", "NEGATIVES_PER_
 #: negatives kept per positive row (the rest are down-sampled; see the module docstring).
 #: 200 was tried on sim.disks and ranked far worse at low false-alarm rates (recall 0.000
 #: at 1e-5 per drive-day where 50 gave 0.534, and the top decile over-predicted, 0.0110
-#: against 0.0073 observed: docs/bench/predict-sim-disks-negatives200.txt); not understood
+#: against 0.0073 observed: bench-results/predict-sim-disks-negatives200.txt); not understood
 NEGATIVES_PER_POSITIVE = 50
 #: boosting rounds and leaves per tree of `mlfs train`'s predictor.  100 rounds of 15
 #: leaves left the highest scores one tied block on sim.disks (recall 0.021 at SMART's
-#: false-alarm rate); 200 of 31 split it (0.351 on the same rows, docs/bench)
+#: false-alarm rate); 200 of 31 split it (0.351 on the same rows, docs/results)
 ROUNDS = 200
 NUM_LEAVES = 31
 #: rows a leaf needs in a fit on down-sampled negatives.  Such a fit sees one negative in
 #: 1/r, so a leaf of LightGBM's usual 20 rows can hold a failure or two and a handful of
 #: negatives that each stand for 1/r others: its score is extreme and the very top of the
 #: ranking is noise (at 20, recall at SMART's false-alarm rate 0.351 against the offline
-#: model's 0.397; at 5, 0.000).  At 100, 0.435 (docs/bench/predict-sim-disks.md).  A fit on
+#: model's 0.397; at 5, 0.000).  At 100, 0.435 (docs/results/predict-sim-disks.md).  A fit on
 #: every negative keeps 20: the offline model at 100 fell to 0.142
 SAMPLED_LEAF_ROWS = 100
 

@@ -41,7 +41,7 @@ KEEP_EXPLORING = 0.01
 #: under anything but the default otherwise took thousands of ticks to step off it there
 #: (learning bench seed 8: the default 128 KiB in every strided phase until tick 4,399, at
 #: 0.937 of the oracle; with 2 %: 0.961, every seed 0-59 >= 0.959; 5 % paid more for its
-#: explorations than it won: median 0.966 against 0.971; docs/bench/learning-34)
+#: explorations than it won: median 0.966 against 0.971; docs/results/learning-34.md)
 KEEP_COVERING = 0.02
 
 

@@ -589,7 +589,7 @@ class _Worker:
             wait = EMERGENCY_RETRY_SECONDS if self.mode == "emergency" else POLICY_MIN_SECONDS
             # a newer policy wins over an older recommendation in the proxy: uploaded
             # now, it would end the exploration in flight after the ticks it has run
-            # (docs/bench/dirty-win-16: 6 of 37 explorations of 10 ticks cut to 1-2)
+            # (bench-results/dirty-win-16: 6 of 37 explorations of 10 ticks cut to 1-2)
             exploring = self.exploring and now < self.t_next_rec
             if due and now - self.t_policy >= wait and not exploring:
                 self.upload_policy(now)

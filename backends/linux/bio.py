@@ -27,7 +27,7 @@ fio run of 200,000 requests in three completes 1, 32 or 64 requests without the
 block_rq_complete program running at all: its own run count (`kernel.bpf_stats_enabled`)
 falls short of rq_issue's and of the device's completed reads by exactly the records
 missing, with no recursion miss, and the ring was never full
-(docs/bench/bio-capture-runs/run_cnt.py); bpftrace's count of the classic
+(bench-results/bio-capture-runs/run_cnt.py); bpftrace's count of the classic
 block:block_rq_complete tracepoint falls short by the same number in the same runs
 (tracepoint_count.py), and so does a program on block_io_done, the tracepoint beside
 the line that counts the completion in /sys/block/<dev>/stat.  kprobes are not built
@@ -54,7 +54,9 @@ import math
 import os
 import shutil
 import signal
+import stat
 import subprocess
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -75,6 +77,7 @@ from mlfs.abi import (
     text,
     tick_seconds,
 )
+from mlfs.core.durable import open_dir, open_regular, read_bounded
 
 ROOT_ONLY = True
 SOURCES = Path(__file__).resolve().parent / "bpf"
@@ -126,19 +129,71 @@ def unavailable() -> str | None:
     return None
 
 
+#: the loader's sha256, written beside it when it is built and checked before each start
+LOADER_HASH = "blkreq.sha256"
+
+
+def _cache_dir() -> Path:
+    """CACHE, its missing directories made 0755 whatever the umask (red-team B2: under
+    umask 0 they were 0777, and anyone could replace the loader root then ran)."""
+    cache = Path(os.path.realpath(CACHE))
+    existing = cache
+    while not existing.exists():
+        existing = existing.parent
+    os.close(open_dir(existing, cache.relative_to(existing).parts, create=True, mode=0o755))
+    return cache
+
+
+def untrusted(path: Path) -> str | None:
+    """Why root must not run the file at `path` (None: it may): it and every directory
+    above it owned by root (or this user), not writable by group or others (a sticky
+    directory above the cache, as /tmp, excepted), no link, and the bytes hashing to
+    the LOADER_HASH recorded beside it at build time."""
+    owners = {0, os.geteuid()}
+    cache = Path(os.path.realpath(CACHE))
+    for where in [path, *path.parents]:
+        info = os.lstat(where)
+        if stat.S_ISLNK(info.st_mode):
+            return f"{where} is a symbolic link"
+        if info.st_uid not in owners:
+            return f"{where} is owned by uid {info.st_uid}"
+        sticky_above = info.st_mode & stat.S_ISVTX and not where.is_relative_to(cache)
+        if info.st_mode & 0o022 and not sticky_above:
+            return f"{where} is writable by group or others ({oct(info.st_mode & 0o777)})"
+    if not stat.S_ISREG(os.lstat(path).st_mode):
+        return f"{path} is not a regular file"
+    try:
+        recorded = read_bounded(path.parent / LOADER_HASH, 128).decode().strip()
+    except (OSError, ValueError) as exc:
+        return f"{path.parent / LOADER_HASH}: {exc}"
+    with open_regular(path) as fh:
+        digest = hashlib.file_digest(fh, "sha256").hexdigest()
+    if digest != recorded:
+        return f"{path}: sha256 {digest[:16]}... is not the {recorded[:16]}... recorded"
+    return None
+
+
+def _checked(binary: Path) -> Path:
+    why = untrusted(binary)
+    if why:
+        raise SettingError("backend", f"the cached BPF loader is not root's own: {why}; "
+                           f"refused (remove {binary.parent} to rebuild it)")
+    return binary
+
+
 def build() -> Path:
-    """The loader binary, built once per kernel release and source (cached)."""
+    """The loader binary, built once per kernel release and source (cached), checked
+    (`untrusted`) before it is returned to be run as root."""
     digest = hashlib.sha256()
     for name in ("blkreq.bpf.c", "blkreq.c"):
         digest.update((SOURCES / name).read_bytes())
     digest.update(os.uname().release.encode())
-    target = CACHE / digest.hexdigest()[:16]
+    cache = _cache_dir()
+    target = cache / digest.hexdigest()[:16]
     binary = target / "blkreq"
-    if binary.exists():
-        return binary
-    work = Path(str(target) + f".{os.getpid()}.tmp")
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
+    if os.path.lexists(binary):
+        return _checked(binary)
+    work = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=cache))
     try:
         def run(argv: list[str], out: Path | None = None) -> None:
             done = subprocess.run(argv, cwd=work, capture_output=True, timeout=120)
@@ -157,11 +212,17 @@ def build() -> Path:
         run(["bpftool", "gen", "skeleton", "blkreq.bpf.o"], work / "blkreq.skel.h")
         run(["cc", "-O2", "-o", "blkreq", "blkreq.c", "-lbpf", "-lelf", "-lz"])
         (work / "vmlinux.h").unlink()
-        if not binary.exists():
+        for entry in work.iterdir():
+            entry.chmod(0o755 if entry.name == "blkreq" else 0o644)
+        with open_regular(work / "blkreq") as fh:
+            (work / LOADER_HASH).write_text(hashlib.file_digest(fh, "sha256").hexdigest())
+        (work / LOADER_HASH).chmod(0o644)
+        work.chmod(0o755)
+        if not os.path.lexists(binary):
             os.replace(work, target)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return binary
+    return _checked(binary)
 
 
 def request_flag_bit(name: str, fallback: int = 19) -> int:

@@ -176,8 +176,8 @@ def bulk_write_kb_per_call(deltas: list[tuple[int, int]]) -> float:
     1 MiB calls read as 250-990 KiB depending on how many small calls the
     machine's other processes (a daemon's log, a metrics agent) made in the
     same window, which is most when the writer waits in fdatasync
-    (docs/bench/dirty-win-11).  A byte-weighted mean still moved by tenths
-    of a KiB with them, and a tree split on that (docs/bench/dirty-win-12).
+    (bench-results/dirty-win-11).  A byte-weighted mean still moved by tenths
+    of a KiB with them, and a tree split on that (bench-results/dirty-win-12).
     """
     sizes = sorted((nbytes / ncalls, nbytes) for nbytes, ncalls in deltas if nbytes)
     half = sum(nbytes for _, nbytes in sizes) / 2

@@ -116,7 +116,7 @@ PSI_RESOURCES = ("cpu", "memory", "io")
 #: below this, a window has no bulk writer: ``bulk_write_kb_per_call`` keeps its last
 #: value.  Seconds of a checkpoint writer waiting in fdatasync wrote 0-0.3 MB/s (a
 #: daemon's log, a metrics agent; at most 3.8 MB/s in 134 such windows), the fio phases
-#: themselves 3.7-2,600 MB/s (docs/bench/dirty-ratios.md, "Windows without the writer")
+#: themselves 3.7-2,600 MB/s (docs/results/dirty-ratios.md, "Windows without the writer")
 BULK_MIN_MB_PER_S = 1.0
 
 SPECS: dict[str, KnobSpec] = {

@@ -177,7 +177,7 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     off_iops = statistics.median(r["iops"] for r in runs if not r["capture"])
     on_iops = statistics.median(r["iops"] for r in on)
     return {"iops_off_median": round(off_iops), "iops_on_median": round(on_iops),
-            # the ratio of the medians (docs/bench/bio-capture.json's since the first run),
+            # the ratio of the medians (bench-results/bio-capture.json's since the first run),
             # and the median of the per-pair ratios (the bench row's)
             "iops_ratio": round(on_iops / off_iops, 3),
             "iops_ratio_median": statistics.median(r["iops_ratio"] for r in on),

@@ -17,7 +17,7 @@ EXAMPLES = """examples:
 
 #: --fleet's defaults: 2,000 ticks at 0.05 s are 100 s a phase, enough for a host
 #: learning alone to reach recommendation mode (median ~1,100 ticks,
-#: docs/bench/fleet-coldstart.md), so the demo takes a few minutes
+#: docs/results/fleet-coldstart.md), so the demo takes a few minutes
 FLEET_DEFAULTS = {"host_ticks": 2000, "ticks": 2000, "tick": 0.05}
 
 

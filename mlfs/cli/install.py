@@ -19,6 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ..core.durable import UnsafePath, write_durably
 from .common import command
 
 #: the command the repository's units name, replaced by the real one
@@ -79,6 +80,22 @@ def plan(root: Path, prefix: Path, mlfs: Path) -> list[tuple[Path, bytes, int]]:
     return out
 
 
+def install_file(target: Path, content: bytes, mode: int) -> bool:
+    """Install one file the safe way (mlfs.core.durable): missing directories made 0755
+    whatever the umask, the file written whole with `mode`, a link at its name replaced,
+    never written through or chmodded (red-team U2: the target of a planted link was
+    overwritten and made 0644).  A unit masked by a link to /dev/null is the operator's
+    decision: False, nothing written."""
+    if target.is_symlink() and os.readlink(target) == "/dev/null":
+        return False
+    existing = target.parent
+    while not existing.exists():
+        existing = existing.parent
+    write_durably(target, content, mode=mode, anchor=existing, make_dirs=True,
+                  dir_mode=0o755, replace_link=True)
+    return True
+
+
 def cmd_install_units(args: argparse.Namespace) -> int:
     root, prefix = Path(args.root), Path(args.prefix)
     if not root.is_dir() or not prefix.is_absolute():
@@ -86,18 +103,27 @@ def cmd_install_units(args: argparse.Namespace) -> int:
               + ("not a directory" if not root.is_dir() else "the prefix must be absolute"),
               file=sys.stderr)
         return 2
+    masked = []
     try:
         mlfs = mlfs_command()
         files = plan(root, prefix, mlfs)
         for target, content, mode in files:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(content)
-            target.chmod(mode)
-            print(f"installed {target}")
+            if install_file(target, content, mode):
+                print(f"installed {target}")
+            else:
+                masked.append(target)
+    except UnsafePath as exc:
+        print(f"mlfs install-units: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     except OSError as exc:
         print(f"mlfs install-units: {getattr(exc, 'filename', None) or ''}: "
               f"{exc.strerror or exc}", file=sys.stderr)
         return 1
+    for target in masked:
+        print(f"mlfs install-units: {target} is masked (a link to /dev/null): left as it is; "
+              f"`systemctl unmask {target.name}` and run again to install it", file=sys.stderr)
+    if masked:
+        return 2
     if root.resolve() == Path("/"):
         sysusers = next(t for t, _, _ in files if t.name == "mlfs.conf")
         for step in (["systemd-sysusers", str(sysusers)], ["systemctl", "daemon-reload"]):

@@ -28,7 +28,7 @@ Writing goes through pyarrow's stream writer with this module's sink under it, s
 a batch's buffers reaches write(2) as the Arrow buffer it already is.  Serializing a batch
 first (`RecordBatch.serialize`) copies it into fresh memory, and on this VM touching fresh
 memory costs more than the write: 3 M sim.disks rows (328 MB of IPC) took 0.6-0.8 s to
-serialize and write against 0.10-0.16 s written this way (docs/bench/records-ingest.md).
+serialize and write against 0.10-0.16 s written this way (docs/results/records-ingest.md).
 The sink holds a message's buffers until it ends, checksums them (zlib.crc32 over the
 same memory, no copy), then writes the frame header and the buffers.  The checksum is
 what frames cost: one flush of those 3 M rows took 0.29 s against 0.13 s unframed

@@ -36,7 +36,7 @@ share 0.8 with k = 5: about 40 ML ticks), a workload phase can begin and end
 inside that gap: both defaults fall in one phase, the ML ticks between them
 in another, and they are judged against the wrong baseline.  Measured on
 fio's writeback phases (15 s) before this rule: the file read 0.026 and
-`nan` against an interleaved x0.94-1.07 (docs/bench/writeback-win-2).  So,
+`nan` against an interleaved x0.94-1.07 (bench-results/writeback-win-2).  So,
 for carry-over knobs:
 
 - a pair counts only if its two bracketing clean defaults are at most
@@ -68,7 +68,7 @@ in a phase's middle and its defaults at the phase's edges.  A phase whose
 middle differs from its edges (a job that starts and ends slowly; fio's
 checkpoint writer, whose MiB/s runs a ~10 s cycle from the visit's start)
 is then read as the model's doing: a policy running the default's own
-setting read 1.17 in checkpoint (50 pairs, docs/bench/dirty-win-13, run 1),
+setting read 1.17 in checkpoint (50 pairs, bench-results/dirty-win-13, run 1),
 and a simulated phase whose middle runs 1.5 times its edges turned a true
 1.20 into 1.33 in every mode (tests/unit/test_efficiency_carryover.py).
 So with carry-over the window also counts *reverse* pairs: a clean default
@@ -94,7 +94,7 @@ per group
 defaults of its reverse ones, which weighs a group as the plain ratio of
 sums weighed its pairs).  Without reverse pairs it is sum(observed) /
 sum(baseline) exactly as before.  Replayed on the judged rows of six runs
-(docs/bench/dirty-ratios.md, seventh try) it read within 0.02-0.07 of the
+(docs/results/dirty-ratios.md, seventh try) it read within 0.02-0.07 of the
 interleaved equal-time ratio, where F alone was off by up to 0.50 (1.54
 against 1.04: no tempfiles pair counted); reverse pairs also bring in the
 phases where no forward pair fits.  The confidence is the delta method's
@@ -102,7 +102,7 @@ over the groups, each group's error counted over its episodes.  A group with
 one kind of pair only keeps its phase's profile uncorrected, so it adds the
 doubt the profile measured in the groups that have both kinds (ln sqrt(F x R),
 its mean square; with no such group, a doubt as large as its ratio): replayed
-on the nine judged stretches of docs/bench/dirty-win-12..15 (estimates off
+on the nine judged stretches of bench-results/dirty-win-12..15 (estimates off
 by up to 0.17), the confidence was above 2 in absolute value in six, up to
 10.4, and is now within +-1.03 (none would have been promoted or demoted on
 them).  Reverse pairs need a default episode between two ML
@@ -391,7 +391,7 @@ class EfficiencyWindow:
         workload's phase, so they are one sample (a cluster-robust variance).
         Counted tick by tick, one tempfiles episode of 10 pairs read 1.23 with
         the file's confidence at 10.4 where the experiment said 0.94
-        (docs/bench/dirty-win-15, run 2).  Without carry-over most episodes are
+        (bench-results/dirty-win-15, run 2).  Without carry-over most episodes are
         one tick and this is the plain per-pair error (in recommendation mode the
         ML ticks between two probes are one).  nan below two episodes.
 
@@ -405,7 +405,7 @@ class EfficiencyWindow:
         none), and the variance never reads below `noise_variance`'s floor.
         Without them the error read half what it was: in `mlfs demo` a policy
         1.3 % better than the default in random_pread read 0.952 over 8 episodes,
-        its interval's upper end below 1, and was demoted (docs/bench/learning-34,
+        its interval's upper end below 1, and was demoted (docs/results/learning-34.md,
         "71a4517 and 50069c5: the error of a ratio whose probes are shared").
         """
         # one pass: the sums, the episodes (runs of consecutive ticks) with their

@@ -46,7 +46,7 @@ phase, so `confidence` counts an episode (a run of consecutive counted
 ticks) as one sample: one episode alone gives no confidence at all.
 
 Measured on sim.readahead with a carry-over of 1 and 3 ticks (3 seeds, a
-static value and the per-phase oracle, docs/bench/efficiency-carryover.md):
+static value and the per-phase oracle, docs/results/efficiency-carryover.md):
 against an interleaved evaluation of the same ticks, the undeclared estimate
 was off by -0.15 to -0.26 on average (the oracle, truth 1.25, read 0.80 in
 collaboration: it would have been demoted); declared, by at most 0.035 in
@@ -58,7 +58,7 @@ A policy decides every ML tick from the latest features, and some of those
 features move with the knob itself (the dirty pages under a dirty ratio).
 Its choice can then flip from tick to tick, and every ML tick settles: on
 fio's checkpoint/scratch phases a trained policy ran 248 s in collaboration
-and left 0 counted pairs (docs/bench/dirty-win-2).  A change of a carry-over
+and left 0 counted pairs (bench-results/dirty-win-2).  A change of a carry-over
 knob cannot be measured, and does not take effect, unless it stays k ticks
 and k more, so the proxy *holds* a policy's setting (`Hold`): once the
 setting changes, it is kept for `episode_ticks(k)` ticks of uninterrupted
@@ -141,7 +141,7 @@ class Interleaving:
     ticks against a 20-tick period of default and ML episodes shifted by one
     tick a cycle, so a judged stretch either had a default, an ML and a
     default episode inside every checkpoint visit or inside none (10 pairs in
-    one run, none in two: docs/bench/dirty-win-12).  The random tail lets the
+    one run, none in two: bench-results/dirty-win-12).  The random tail lets the
     schedule drift across the workload's cycle, and the credit counts ticks,
     not episodes, so the ML share stays the mode's (ML asked while the credit
     covers an ML episode; the default ticks asked earn it).  Without carry-over
@@ -205,7 +205,7 @@ class Hold:
     workload's transition (fio's idle second between two jobs reads 0.0-0.1 KiB
     per write call), so the hold would pin a guess for a whole episode: a
     trained policy ran the first 10 ticks of every checkpoint visit at the
-    setting it chose for that idle second (docs/bench/dirty-win-12: 124 of 458
+    setting it chose for that idle second (bench-results/dirty-win-12: 124 of 458
     samples).  So within the run's first hold the policy may change its mind
     once, to anything but the setting the run left (a return to it is the
     flip-flop the hold exists for); after that, one change per episode.

@@ -10,7 +10,7 @@ the write-ahead log takes the batch as one Arrow IPC message, and sealing concat
 the batches and writes them with `pyarrow.parquet.write_table`.
 
 What a batch costs on the way (3 M sim.disks rows in 50,000-row batches on this 2-core
-VM, docs/bench/records-ingest.md): the cast is the one copy pyarrow alone makes too; the
+VM, docs/results/records-ingest.md): the cast is the one copy pyarrow alone makes too; the
 write-ahead file gets the batch's own buffers (arrow_wal.py: serializing it and copying
 the bytes into a bytearray, as the tick store does with its short JSON lines, cost ten
 times the write itself); the two core columns are encoded as deltas, not dictionaries

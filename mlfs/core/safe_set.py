@@ -6,7 +6,7 @@ the trainer has not seen (or has seen only under the default) the trees
 extrapolate, and the argmax lands on a setting nobody ever measured there:
 on the simulator a model promoted after three of four phases chose 1,024 KiB
 of read-ahead in the fourth (strided) phase, ×0.3 of the default, and the
-valid test demoted it sixty ticks later (docs/bench/learning-34).
+valid test demoted it sixty ticks later (docs/results/learning-34.md).
 
 So whenever a policy acts under automatic switching -- in learning, collaboration
 and recommendation -- the proxy lets it choose only among (SafeOpt's safe set,
@@ -27,7 +27,7 @@ changed), a policy fitted on one phase ran its guess in the next: in `mlfs demo`
 it ran 32 KiB of read-ahead on a sequential scan (x0.34 of the default) for 150
 ticks, the learning efficiency fell to 0.45-0.8 and promotion waited for it to
 recover; with learning restricted, 5 of 8 demo runs reached recommendation by tick
-1,200, against 1 of 4 on the same code without (docs/bench/learning-34).  A mode
+1,200, against 1 of 4 on the same code without (docs/results/learning-34.md).  A mode
 pinned by a write to `mode` is left alone (a pin skips the proxy's gates: the
 efficiency test and this one).  The trainer's own recommendations are never filtered
 (they are how settings get measured).

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from mlfs.abi import NAME, NAME_RULE
 
-from .durable import set_aside, write_durably
+from .durable import NotRegular, TooLarge, UnsafePath, read_bounded, set_aside, write_durably
 
 log = logging.getLogger("mlfs.state")
 
@@ -37,7 +37,7 @@ FORMAT_FILE = "format"
 #: the subsystems loaded at run time (`load` on MOUNT/control), re-created at mount
 LOADED_FILE = "loaded.json"
 #: the layout this mlfs writes
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 
 #: the operator's mount-wide emergency pin (MOUNT/control `emergency`), kept across mounts
 EMERGENCY_PIN_FILE = "emergency_pinned"
@@ -54,6 +54,9 @@ MOUNT_ROOT_FILES = frozenset({"version", "events", "metrics", "control", "errors
 RESERVED = STATE_ENTRIES | MOUNT_ROOT_FILES
 #: ...nor names ending so: what is set aside (`durable.set_aside`) or half written
 RESERVED_SUFFIXES = (".damaged", ".tmp")
+#: the most a one-word state file (format, host, pid, pin) may hold: a FIFO, a device or
+#: a huge file planted in its place is refused before a byte is read
+SMALL_FILE_BYTES = 4096
 
 
 class FormatError(Exception):
@@ -90,11 +93,15 @@ def read_word(path: Path) -> tuple[str | None, str]:
     (None, "") when the file does not exist.
     """
     try:
-        return Path(path).read_text(encoding="ascii").strip(), ""
+        return read_bounded(path, SMALL_FILE_BYTES).decode("ascii").strip(), ""
     except FileNotFoundError:
         return None, ""
+    except UnsafePath:
+        return None, "a symbolic link (not followed)"
     except OSError as exc:
         return None, f"unreadable: {exc.strerror or exc}"
+    except (NotRegular, TooLarge) as exc:
+        return None, str(exc)
     except ValueError:
         return None, "not ASCII text"
 
@@ -158,10 +165,21 @@ def _v2_to_v3(state_dir: Path) -> str:
             "write-ahead files of tick stores replay unchanged")
 
 
+def _v3_to_v4(state_dir: Path) -> str:
+    """Version 4 writes record write-ahead files as checksummed frames with an
+    acknowledgement mark (`mlfs.core.arrow_wal`).  Unframed version-3 files still
+    replay, so nothing is converted; the version is raised so that an older mlfs, which
+    would read a framed file as damaged and drop its pending records, refuses the
+    directory."""
+    return ("record write-ahead files are checksummed frames from now on; older unframed "
+            "files still replay")
+
+
 #: (from version, step): step(state_dir) upgrades from -> from + 1, returns what it did
 STEPS: list[tuple[int, Callable[[Path], str]]] = [
     (1, _v1_to_v2),
     (2, _v2_to_v3),
+    (3, _v3_to_v4),
 ]
 
 

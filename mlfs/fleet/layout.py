@@ -49,6 +49,11 @@ STATUS = "status"
 _VERSION = re.compile(r"^(\d{10})\.(txt|json|sig)$")
 #: versions have 10 digits: the largest one
 MAX_VERSION = 9_999_999_999
+#: the largest small document a reader takes from the store (a card, a status record,
+#: an info, a claim), checked before reading (red-team F10: a 1.5 GB card read whole)
+MAX_DOCUMENT_BYTES = 1 << 20
+#: an Ed25519 signature is 64 bytes; anything much larger is not one
+MAX_SIGNATURE_BYTES = 1024
 
 
 @dataclass(frozen=True, order=True)

@@ -12,19 +12,23 @@ restart (names depend only on the portion), then the manifest: exactly once.
 
 Readers (`objects`) use the manifests on every store except a directory,
 where they fall back to listing when no manifest exists (stores filled before
-manifests, or by hand).
+manifests, or by hand).  A manifest names objects; it never makes them: the
+objects a reader takes are those both a manifest names and a listing of the
+host's own prefix shows, so what a forged manifest costs is bounded by what its
+host really shipped (red-team F12: 200 sources of `[[0, 9999999]]` in 22 KB
+expanded to 2x10^9 paths and ran `fleet train` out of memory).
 """
 
 from __future__ import annotations
 
+import bisect
 import fnmatch
 import json
 import logging
-from collections.abc import Iterator
 
 from mlfs.abi import NAME
 
-from .layout import KINDS, SUBSYSTEM_KINDS, Source
+from .layout import KINDS, SUBSYSTEM_KINDS, Source, portion_number
 from .store import Store
 
 log = logging.getLogger("mlfs.fleet")
@@ -33,6 +37,8 @@ log = logging.getLogger("mlfs.fleet")
 #: source may list: a manifest past either is refused, never expanded
 MAX_PORTION = 9_999_999_999
 MAX_PORTIONS_PER_SOURCE = 10_000_000
+#: the most sources one manifest may name (a host has a few subsystems and models)
+MAX_SOURCES = 4096
 #: the largest manifest read (a source's ranges are a few pairs; thousands of sources)
 MAX_MANIFEST_BYTES = 16 << 20
 
@@ -58,7 +64,7 @@ def consistent(store: Store, paths: list[str]) -> list[str]:
     for path in paths:
         host = path_host(path)
         try:
-            with store.fs.open(path, "rb") as fh:
+            with store.open(path) as fh:
                 meta = pq.ParquetFile(fh).metadata
                 index = meta.schema.names.index("host_id")
                 stats = [meta.row_group(i).column(index).statistics
@@ -87,6 +93,8 @@ def checked(body: object, host: str) -> dict:
     sources = body.get("sources")
     if not isinstance(sources, dict):
         raise ManifestError("sources is not an object")
+    if len(sources) > MAX_SOURCES:
+        raise ManifestError(f"{len(sources)} sources, over {MAX_SOURCES}")
     out = {}
     for key, entry in sources.items():
         if not isinstance(entry, dict):
@@ -101,14 +109,16 @@ def checked(body: object, host: str) -> dict:
         ranges = entry.get("ranges")
         if not isinstance(ranges, list):
             raise ManifestError(f"{subsystem}/{kind}: ranges is not a list")
-        total = 0
+        total, floor = 0, -1
         for pair in ranges:
             if not (isinstance(pair, list) and len(pair) == 2
                     and all(isinstance(n, int) and not isinstance(n, bool) for n in pair)
-                    and 0 <= pair[0] <= pair[1] <= MAX_PORTION):
+                    and floor < pair[0] <= pair[1] <= MAX_PORTION):
                 raise ManifestError(f"{subsystem}/{kind}: range {str(pair)[:40]} is not "
-                                    f"[lo, hi] with 0 <= lo <= hi <= {MAX_PORTION}")
+                                    f"[lo, hi] with {floor} < lo <= hi <= {MAX_PORTION} "
+                                    "(sorted, disjoint)")
             total += pair[1] - pair[0] + 1
+            floor = pair[1]
         if total > MAX_PORTIONS_PER_SOURCE:
             raise ManifestError(f"{subsystem}/{kind}: {total} portions listed, over "
                                 f"{MAX_PORTIONS_PER_SOURCE}")
@@ -130,11 +140,6 @@ def add(ranges: list[list[int]], number: int) -> None:
         ranges.append([number, number])
 
 
-def numbers(ranges: list[list[int]]) -> Iterator[int]:
-    for lo, hi in ranges:
-        yield from range(int(lo), int(hi) + 1)
-
-
 def document(host: str, ranges: dict[str, list[list[int]]], sources: dict[str, Source]) -> bytes:
     body = {"host_id": host, "sources": {
         key: {"subsystem": s.subsystem, "kind": s.kind, "model": s.model, "ranges": ranges[key]}
@@ -143,27 +148,49 @@ def document(host: str, ranges: dict[str, list[list[int]]], sources: dict[str, S
 
 
 def objects(store: Store, subsystem: str, kind: str) -> list[str]:
-    """Store paths of the complete shipped objects of `kind` whose subsystem matches
-    `subsystem` (a name or glob), oldest first per host."""
-    found = store.fs.glob(store.path(f"{MANIFESTS}/*.json"))
+    """Store keys of the complete shipped objects of `kind` whose subsystem matches
+    `subsystem` (a name or glob), oldest first per host: those a manifest names and
+    its host's prefix holds (the module's docstring)."""
+    found = [k for k in store.list(f"{MANIFESTS}/") if k.count("/") == 1
+             and k.endswith(".json")]
     if not found and store.atomic:
         deeper = "" if kind in SUBSYSTEM_KINDS else "*/"
-        return sorted(store.fs.glob(store.path(
-            f"subsystem={subsystem}/*/kind={kind}/{deeper}*.parquet")))
+        pattern = f"subsystem={subsystem}/*/kind={kind}/{deeper}*.parquet"
+        return [k for k in store.list() if fnmatch.fnmatchcase(k, pattern)
+                and k.count("/") == pattern.count("/")]
     out: list[str] = []
-    for path in sorted(found):
-        host = path.rsplit("/", 1)[-1].removesuffix(".json")
+    seen: set[str] = set()  # a source named twice (under two keys) is listed once
+    for key in found:
+        host = key.rsplit("/", 1)[-1].removesuffix(".json")
         try:
-            data = store.fs.cat_file(path)
-            if len(data) > MAX_MANIFEST_BYTES:
-                raise ManifestError(f"{len(data)} bytes, over {MAX_MANIFEST_BYTES}")
-            body = checked(json.loads(data), host)
-        except (ValueError, OSError) as exc:  # ManifestError and JSON errors are ValueErrors
-            log.error("%s: manifest ignored: %s", path, str(exc)[:200])
+            body = checked(json.loads(store.get(key, MAX_MANIFEST_BYTES)), host)
+        except (ValueError, OSError) as exc:  # ManifestError, TooLarge, JSON errors
+            log.error("%s: manifest ignored: %s", key, str(exc)[:200])
             continue
         for entry in body["sources"].values():
             if entry["kind"] != kind or not fnmatch.fnmatchcase(entry["subsystem"], subsystem):
                 continue
             source = Source(entry["subsystem"], entry["kind"], entry.get("model", ""))
-            out += [store.path(source.object_path(host, n)) for n in numbers(entry["ranges"])]
+            if source.object_dir(host) in seen:
+                continue
+            seen.add(source.object_dir(host))
+            out += [source.object_path(host, n)
+                    for n in shipped(store, source, host, entry["ranges"])]
     return out
+
+
+def shipped(store: Store, source: Source, host: str, ranges: list[list[int]]) -> list[int]:
+    """The portion numbers both in `ranges` and in the store under the host's prefix."""
+    lows = [lo for lo, _ in ranges]
+    prefix = source.object_dir(host)
+    out = []
+    for key in store.list(prefix + "/"):
+        if key.count("/") != prefix.count("/") + 1:
+            continue
+        number = portion_number(key.rsplit("/", 1)[-1])
+        if number is None:
+            continue
+        at = bisect.bisect_right(lows, number) - 1
+        if at >= 0 and ranges[at][0] <= number <= ranges[at][1]:
+            out.append(number)
+    return sorted(out)

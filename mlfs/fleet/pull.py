@@ -28,13 +28,10 @@ while other hosts keep it.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import logging
-import os
 import re
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,46 +65,13 @@ class FleetPolicy:
 
 def _listing(store: Store, subsystem: str) -> dict[int, set[str]]:
     """version -> the suffixes present, from one listing of the policy directory."""
-    try:
-        names = store.fs.ls(store.path(f"{POLICIES}/{subsystem}"), detail=False)
-    except FileNotFoundError:
-        return {}
     found: dict[int, set[str]] = {}
-    for parsed in filter(None, (policy_version(n.rsplit("/", 1)[-1]) for n in names)):
+    names = store.list(f"{POLICIES}/{subsystem}/")
+    for parsed in filter(None, (policy_version(n.rsplit("/", 1)[-1]) for n in names
+                                if n.count("/") == 2)):
         found.setdefault(parsed[0], set()).add(parsed[1])
     return found
 
-
-def _read(store: Store, relative: str, limit: int) -> bytes:
-    """An object's bytes, refused (OSError) unless it is a regular file of at most `limit`
-    bytes: checked before reading, so a FIFO, a device, a symlink or a 1.5 GB file
-    costs a stat, not a hang or the memory."""
-    target = store.path(relative)
-    if not store.local:
-        info = store.fs.info(target)
-        if info.get("type") != "file" or (info.get("size") or 0) > limit:
-            raise OSError(errno.EFBIG, f"{relative}: not a file of at most {limit} bytes")
-        return store.fs.cat_file(target)
-    fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise OSError(errno.EINVAL, f"{relative}: not a regular file")
-        if st.st_size > limit:
-            raise OSError(errno.EFBIG, f"{relative}: {st.st_size} bytes, over {limit}")
-        chunks, left = [], limit + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        data = b"".join(chunks)
-        if len(data) > limit:
-            raise OSError(errno.EFBIG, f"{relative}: grew past {limit} bytes")
-        return data
-    finally:
-        os.close(fd)
 
 
 def _checked(store: Store, subsystem: str, version: int, trusted: list | None
@@ -120,9 +84,12 @@ def _checked(store: Store, subsystem: str, version: int, trusted: list | None
     try:
         signed = None
         if trusted is not None:
-            signature = _read(store, policy_path(subsystem, version, "sig"),
-                              MAX_SIGNATURE_FILE_BYTES)
-        card_bytes = _read(store, policy_path(subsystem, version, "json"), MAX_CARD_BYTES)
+            try:
+                signature = store.get(policy_path(subsystem, version, "sig"),
+                                      MAX_SIGNATURE_FILE_BYTES)
+            except FileNotFoundError:
+                raise PullError(f"{where}: unsigned (no {version:010d}.sig): skipped") from None
+        card_bytes = store.get(policy_path(subsystem, version, "json"), MAX_CARD_BYTES)
         if trusted is not None:
             signed = check_policy(signature, subsystem, version, card_bytes, trusted)
         card = json.loads(card_bytes)
@@ -133,7 +100,7 @@ def _checked(store: Store, subsystem: str, version: int, trusted: list | None
                              f"{card.get('version')}")
         if signed is not None and card.get("sha256") != signed.sha256:
             raise ValueError("its card's sha256 is not the one signed")
-        data = _read(store, policy_path(subsystem, version, "txt"), MAX_POLICY_BYTES)
+        data = store.get(policy_path(subsystem, version, "txt"), MAX_POLICY_BYTES)
     except FileNotFoundError as exc:
         missing = Path(exc.filename or "").name or "a file"
         raise PullError(f"{where}: {'unsigned' if missing.endswith('.sig') else 'incomplete'}"

@@ -9,10 +9,11 @@ Exactly once, in three parts:
 * a portion's object name depends only on the portion, so shipping it again
   replaces it with the same rows: a pusher killed after an upload and before
   its cursor moved duplicates nothing;
-* on a directory store an object is written under a hidden temporary name
-  (`.<name>.tmp`, which DuckDB's `*.parquet` globs and pyarrow's dataset
-  discovery both skip), fsynced and renamed: a reader never sees half a
-  portion; on an object store (S3) a PUT is atomic by itself;
+* on a directory store an object is written under a hidden, unpredictable
+  temporary name (`.<name>.<random>.tmp`, which DuckDB's `*.parquet` globs and
+  pyarrow's dataset discovery both skip), fsynced and renamed
+  (mlfs/core/durable.py): a reader never sees half a portion; on an object
+  store (S3) a PUT is whole by itself;
 * the cursor, the last shipped portion number of each source, is written
   durably (`write_durably`) to `<state dir>/fleet/push-<store key>.json`
   after each upload, so a restart resumes after the last shipped portion.
@@ -47,7 +48,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mlfs.core.durable import write_durably
+from mlfs.core.durable import UnsafePath, read_bounded, write_durably
 from mlfs.core.shipped import cursor_path
 from mlfs.core.statedir import FORMAT_FILE
 
@@ -60,7 +61,7 @@ from .layout import (
     status_path,
 )
 from .manifest import add, document, manifest_path
-from .store import Store, StoreUnavailable, store_key
+from .store import Store, StoreUnavailable, Unsupported, store_key
 
 log = logging.getLogger("mlfs.fleet")
 
@@ -85,26 +86,38 @@ def _machine_id() -> str:
 def claim(store: Store, state_dir: Path, host: str, url: str) -> None:
     """Make sure this state directory is the one pushing as `host` into the store.
 
-    The first push writes `claims/<host>.json` with a random token kept in the state
-    directory (`fleet/claim-<store key>.json`); a later push with another token (a
-    cloned VM image that copied `STATE/host`, a host configured with another's
-    `host_id`) is refused with HostClash before it writes anything, so it never
-    overwrites another host's objects or manifest.
+    The first push creates `claims/<host>.json` with a random token kept in the state
+    directory (`fleet/claim-<store key>.json`, 0600), by the store's `put_if_absent`:
+    two machines claiming one id at once cannot both win, as they could with a read
+    followed by a write.  A later push with another token (a cloned VM image that copied
+    `STATE/host`, a host configured with another's `host_id`) is refused with HostClash
+    before it writes anything, so it never overwrites another host's objects or
+    manifest.  A store with no conditional write (a generic fsspec URL) cannot hold a
+    claim: HostClash says so, and nothing is pushed.
     """
     mine_path = Path(state_dir) / "fleet" / f"claim-{store_key(url)}.json"
     try:
-        mine = json.loads(mine_path.read_text())
+        mine = json.loads(read_bounded(mine_path, 4096))
     except (OSError, ValueError):
         mine = None
     if not isinstance(mine, dict) or mine.get("host_id") != host:
         mine = {"host_id": host, "token": os.urandom(16).hex()}
         mine_path.parent.mkdir(parents=True, exist_ok=True)
-        write_durably(mine_path, json.dumps(mine).encode())
+        write_durably(mine_path, json.dumps(mine).encode(), mode=0o600)
     target = f"{CLAIMS}/{host}.json"
+    record = json.dumps({
+        "host_id": host, "token": mine["token"], "machine_id": _machine_id(),
+        "hostname": socket.gethostname(), "state_dir": str(state_dir),
+        "claimed": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}).encode()
     try:
-        theirs = json.loads(store.fs.cat_file(store.path(target)))
-    except FileNotFoundError:
-        theirs = None
+        if store.put_if_absent(target, record):
+            return
+    except Unsupported as exc:
+        raise HostClash(f"cannot claim host id {host}: {exc}") from None
+    try:
+        theirs = json.loads(store.get(target, 4096))
+    except FileNotFoundError:  # deleted between the two: the next pass claims again
+        raise StoreUnavailable(f"{store.url}: {target} vanished while claiming") from None
     except ValueError as exc:
         raise HostClash(f"{target}: a damaged claim ({str(exc)[:100]}); not pushing as "
                         f"{host}") from None
@@ -112,18 +125,13 @@ def claim(store: Store, state_dir: Path, host: str, url: str) -> None:
         raise StoreUnavailable(f"{store.url}: cannot read {target}: {exc}") from None
     if isinstance(theirs, dict) and theirs.get("token") == mine["token"]:
         return
-    if theirs is not None:
-        who = theirs if isinstance(theirs, dict) else {}
-        raise HostClash(
-            f"host id {host} is claimed in the store by {str(who.get('hostname'))[:64]} "
-            f"(machine {str(who.get('machine_id'))[:12]}, state {str(who.get('state_dir'))[:80]}"
-            f", since {str(who.get('claimed'))[:20]}): a cloned image or a copied host_id? "
-            "give this host its own id (docs/fleet.md, Hosts: mlfs umount, remove STATE/host "
-            "and STATE/fleet/, mount again)")
-    store.put(target, json.dumps({
-        "host_id": host, "token": mine["token"], "machine_id": _machine_id(),
-        "hostname": socket.gethostname(), "state_dir": str(state_dir),
-        "claimed": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}).encode())
+    who = theirs if isinstance(theirs, dict) else {}
+    raise HostClash(
+        f"host id {host} is claimed in the store by {str(who.get('hostname'))[:64]} "
+        f"(machine {str(who.get('machine_id'))[:12]}, state {str(who.get('state_dir'))[:80]}"
+        f", since {str(who.get('claimed'))[:20]}): a cloned image or a copied host_id? "
+        "give this host its own id (docs/fleet.md, Hosts: mlfs umount, remove STATE/host "
+        "and STATE/fleet/, mount again)")
 
 
 # ---- the host ---------------------------------------------------------------
@@ -425,8 +433,10 @@ class Pusher:
         try:
             self.store.put(status_path(self.host["host_id"]),
                            json.dumps(record, sort_keys=True).encode())
-        except StoreUnavailable as exc:
-            log.debug("status record not written: %s", exc)
+        except StoreUnavailable as exc:  # a planted link is worth a warning: an attack
+            refused = isinstance(exc.__cause__, UnsafePath)
+            log.log(logging.WARNING if refused else logging.DEBUG,
+                    "status record not written: %s", exc)
 
     def metrics_text(self) -> str:
         host = self.host["host_id"]

@@ -17,24 +17,23 @@ import sys
 import time
 from collections import Counter
 
-from .layout import POLICIES, policy_version
-from .status import collect
+from .layout import MAX_DOCUMENT_BYTES, policy_path
+from .status import collect, published_cards
 from .store import Store
 
 
 def _cards(store: Store) -> dict[str, dict[str, int]]:
     """subsystem -> sha256 -> published version."""
     out: dict[str, dict[str, int]] = {}
-    for folder in store.fs.glob(store.path(f"{POLICIES}/*")):
-        subsystem = folder.rstrip("/").rsplit("/", 1)[-1]
-        for path in store.fs.ls(folder, detail=False):
-            found = policy_version(path.rsplit("/", 1)[-1])
-            if found and found[1] == "json":
-                try:
-                    card = json.loads(store.fs.cat_file(path))
-                except ValueError:
-                    continue
-                out.setdefault(subsystem, {})[str(card.get("sha256"))] = found[0]
+    for subsystem, versions in published_cards(store).items():
+        for version in versions:
+            try:
+                card = json.loads(store.get(policy_path(subsystem, version, "json"),
+                                            MAX_DOCUMENT_BYTES))
+            except (OSError, ValueError):  # missing, a FIFO, too large, not JSON
+                continue
+            if isinstance(card, dict):
+                out.setdefault(subsystem, {})[str(card.get("sha256"))] = version
     return out
 
 

@@ -44,6 +44,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from mlfs.core.durable import write_durably
+
 SIGNATURE_BYTES = 64
 FORMAT = 2
 _MAGIC = f"mlfs-policy-signature {FORMAT}"
@@ -120,7 +122,7 @@ def keygen(path: Path) -> Path:
     path = Path(path)
     public = path.with_name(path.name + ".pub")
     for target in (path, public):
-        if target.exists():
+        if os.path.lexists(target):  # a dangling link too (red-team F7)
             raise SigningError(f"{target} exists: a key is never overwritten")
     key = Ed25519PrivateKey.generate()
     private_pem = key.private_bytes(serialization.Encoding.PEM,
@@ -129,8 +131,10 @@ def keygen(path: Path) -> Path:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as fh:
         fh.write(private_pem)
-    public.write_bytes(key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    if not write_durably(public, key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo),
+            exclusive=True):
+        raise SigningError(f"{public} appeared meanwhile: a key is never overwritten")
     return public
 
 

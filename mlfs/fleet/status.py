@@ -16,25 +16,33 @@ import time
 
 import pyarrow.parquet as pq
 
-from .layout import POLICIES, STATUS, policy_version
+from .layout import MAX_DOCUMENT_BYTES, POLICIES, STATUS, policy_path, policy_version
 from .manifest import consistent, objects
 from .store import Store
-
-
-def _name(path: str) -> str:
-    return path.rstrip("/").rsplit("/", 1)[-1]
-
 
 log = logging.getLogger("mlfs.fleet")
 
 
+def published_cards(store: Store) -> dict[str, list[int]]:
+    """subsystem -> the versions that have a card in `policies/<S>/`, oldest first (one
+    listing of the store's policies)."""
+    out: dict[str, list[int]] = {}
+    for key in store.list(f"{POLICIES}/"):
+        parts = key.split("/")
+        found = policy_version(parts[-1]) if len(parts) == 3 else None
+        if found and found[1] == "json":
+            out.setdefault(parts[1], []).append(found[0])
+    return {s: sorted(v) for s, v in out.items()}
+
+
 def collect(url: str) -> dict:
     store = Store(url)
-    fs = store.fs
     hosts: dict[str, dict] = {}
-    for path in fs.glob(store.path(f"{STATUS}/*.json")):
+    for path in store.list(f"{STATUS}/"):
+        if path.count("/") != 1 or not path.endswith(".json"):
+            continue
         try:
-            record = json.loads(fs.cat_file(path))
+            record = json.loads(store.get(path, MAX_DOCUMENT_BYTES))
             host = record["host_id"]
         except (ValueError, KeyError, TypeError, OSError) as exc:
             log.error("%s: status ignored: %s", path, str(exc)[:200])
@@ -50,21 +58,31 @@ def collect(url: str) -> dict:
         parts = path.split("/")
         subsystem = parts[-4].split("=", 1)[1]
         host = parts[-3].split("=", 1)[1]
-        with fs.open(path, "rb") as f:
-            rows = pq.ParquetFile(f).metadata.num_rows
+        try:
+            with store.open(path) as f:
+                rows = pq.ParquetFile(f).metadata.num_rows
+        except (OSError, ValueError) as exc:  # removed or replaced since it was checked
+            log.error("%s: object ignored: %s", path, str(exc)[:200])
+            continue
         entry = data.setdefault(subsystem, {}).setdefault(host, {"rows": 0, "portions": 0})
         entry["rows"] += rows
         entry["portions"] += 1
     policies: dict[str, dict] = {}
-    for folder in fs.glob(store.path(f"{POLICIES}/*")):
-        versions = [policy_version(_name(p)) for p in fs.ls(folder, detail=False)]
-        cards = sorted(v for v, suffix in filter(None, versions) if suffix == "json")
-        if cards:
-            card = json.loads(fs.cat_file(f"{folder}/{cards[-1]:010d}.json"))
-            policies[_name(folder)] = {
+    for subsystem, cards in published_cards(store).items():
+        for version in reversed(cards):
+            try:
+                card = json.loads(store.get(policy_path(subsystem, version, "json"),
+                                            MAX_DOCUMENT_BYTES))
+                if not isinstance(card, dict):
+                    raise ValueError("not a JSON object")
+            except (OSError, ValueError) as exc:
+                log.error("%s policy %d: card ignored: %s", subsystem, version, str(exc)[:200])
+                continue
+            policies[subsystem] = {
                 "version": card.get("version"), "rows": card.get("rows"),
                 "hosts": len(card.get("hosts", {})), "created": card.get("created"),
-                "validation_mae": card.get("validation", {}).get("mae")}
+                "validation_mae": (card.get("validation") or {}).get("mae")}
+            break
     return {"store": url, "hosts": hosts, "subsystems": data, "policies": policies}
 
 

@@ -32,6 +32,7 @@ read n/N, alignment, fold k/N, fit; `dashboard` serves Dask's dashboard there.
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import hashlib
 import json
 import logging
@@ -52,7 +53,14 @@ from mlfs import __version__
 from mlfs.core.verifier import verify
 from mlfs.trainers.learner import KnobLearner
 
-from .layout import INFO, MAX_VERSION, POLICIES, policy_path, policy_version
+from .layout import (
+    INFO,
+    MAX_DOCUMENT_BYTES,
+    MAX_VERSION,
+    POLICIES,
+    policy_path,
+    policy_version,
+)
 from .manifest import consistent, objects
 from .store import Store
 
@@ -65,7 +73,7 @@ LABEL_BOUND = 1000.0
 #: died hang for two hours); 1 is the smallest it takes
 NETWORK_TIMEOUT_MINUTES = 1
 #: one fit may take this long before the run gives up (the 10 M-row bench fit
-#: takes minutes on 2 workers; see docs/bench/fleet.md)
+#: takes minutes on 2 workers; see docs/results/fleet.md)
 FIT_TIMEOUT = 3600.0
 #: how often the fit's watcher asks the scheduler which workers are alive
 WATCH_SECONDS = 0.25
@@ -78,17 +86,51 @@ class TrainError(Exception):
 
 
 def load_info(store: Store, pattern: str) -> dict:
-    """The subsystems' `info` as their hosts shipped it; all must agree on knobs and
-    features (a glob pools only devices with the same knobs)."""
-    found = sorted(store.fs.glob(store.path(f"{INFO}/{pattern}/*.json")))
+    """The subsystems' `info` as most of their hosts shipped it (`load_infos`)."""
+    return load_infos(store, pattern)[0]
+
+
+def load_infos(store: Store, pattern: str) -> tuple[dict, set[tuple[str, str]]]:
+    """The subsystems' `info` as their hosts shipped it, and the (subsystem, host) pairs
+    that shipped it.  One host cannot stop training for everyone (red-team F13): an info
+    that is unreadable, not JSON, not an object with knobs and features, or that
+    disagrees with what most hosts shipped is ignored with a log line, and so are that
+    host's rows.  A glob pools only devices with the same knobs."""
+    found = [k for k in store.list(f"{INFO}/")
+             if fnmatch.fnmatchcase(k, f"{INFO}/{pattern}/*.json") and k.count("/") == 2]
     if not found:
         raise TrainError(f"{store.url}: no {INFO}/{pattern}/<host>.json: nothing pushed yet")
-    infos = [json.loads(store.fs.cat_file(p)) for p in found]
-    shape = {(json.dumps(i["knobs"], sort_keys=True), json.dumps(i["features"], sort_keys=True))
-             for i in infos}
-    if len(shape) > 1:
-        raise TrainError(f"{pattern}: hosts disagree on knobs or features; train each apart")
-    return infos[0]
+    shapes: dict[str, list[tuple[tuple[str, str], dict]]] = {}
+    for key in found:
+        _, subsystem, name = key.split("/")
+        try:
+            info = json.loads(store.get(key, MAX_DOCUMENT_BYTES))
+            shape = json.dumps([info["knobs"], info["features"]], sort_keys=True)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.error("%s: info ignored, and that host's rows: %s", key,
+                      f"{type(exc).__name__}: {str(exc)[:160]}")
+            continue
+        shapes.setdefault(shape, []).append(((subsystem, name.removesuffix(".json")), info))
+    if not shapes:
+        raise TrainError(f"{store.url}: no readable {INFO}/{pattern}/<host>.json")
+    chosen = max(shapes, key=lambda shape: len(shapes[shape]))  # the first of a tie
+    for shape, entries in shapes.items():
+        if shape != chosen:
+            for (subsystem, host), _ in entries:
+                log.error("%s/%s/%s.json: ignored, and that host's rows: its knobs or "
+                          "features differ from %d other hosts' (train it apart)", INFO,
+                          subsystem, host, len(shapes[chosen]))
+    return shapes[chosen][0][1], {pair for pair, _ in shapes[chosen]}
+
+
+def agreeing(paths: list[str], pairs: set[tuple[str, str]]) -> list[str]:
+    """The object keys whose (subsystem, host) shipped the agreed info (`load_infos`)."""
+    out = []
+    for path in paths:
+        parts = dict(p.split("=", 1) for p in path.split("/") if "=" in p)
+        if (parts.get("subsystem"), parts.get("host")) in pairs:
+            out.append(path)
+    return out
 
 
 def _aligned(frame: pd.DataFrame, info: Mapping[str, Any]) -> pd.DataFrame:
@@ -111,10 +153,7 @@ def next_version(store: Store, subsystem: str, trusted: list | None = None) -> i
     or not, is ever overwritten."""
     from .pull import newest_verified
 
-    try:
-        names = store.fs.ls(store.path(f"{POLICIES}/{subsystem}"), detail=False)
-    except FileNotFoundError:
-        names = []
+    names = store.list(f"{POLICIES}/{subsystem}/")
     taken = {v[0] for v in map(policy_version, (n.rsplit("/", 1)[-1] for n in names)) if v}
     version = newest_verified(store, subsystem, trusted) + 1
     while version in taken:
@@ -227,9 +266,9 @@ def train(url: str, subsystem: str, scheduler: str | None = None, *, folds: int 
     say = Progress(progress, started) if progress else _quiet
     timings: dict[str, float] = {}
     store = Store(url)
-    info = load_info(store, subsystem)
+    info, pairs = load_infos(store, subsystem)
     if info.get("targets"):
-        return _train_predictor(store, subsystem, info, scheduler, folds=folds,
+        return _train_predictor(store, subsystem, info, pairs, scheduler, folds=folds,
                                 n_workers=n_workers, num_boost_round=num_boost_round,
                                 since=since, until=until, fit_timeout=fit_timeout, key=key,
                                 say=say, dashboard=dashboard, started=started,
@@ -239,7 +278,7 @@ def train(url: str, subsystem: str, scheduler: str | None = None, *, folds: int 
     wanted = sorted({"tick", "ts", "objective", HOST, *probe.feature_columns,
                      *probe.knob_columns})
     # the manifests' complete objects whose rows carry the host their path names
-    paths = consistent(store, objects(store, subsystem, "dataset"))
+    paths = agreeing(consistent(store, objects(store, subsystem, "dataset")), pairs)
     if not paths:
         raise TrainError(f"{url}: no dataset rows of {subsystem}")
     since = None if since is None else utc(since)
@@ -389,7 +428,7 @@ def read_portion(url: str, path: str, columns: list[str], since, until) -> pd.Da
     import pyarrow.parquet as pq
 
     store = Store(url)
-    with store.fs.open(path, "rb") as fh:
+    with store.open(path) as fh:
         frame = pq.read_table(fh, columns=columns).to_pandas()
     if since is not None or until is not None:
         ts = pd.to_datetime(frame["ts"], utc=True)
@@ -426,7 +465,8 @@ def read_portions(client, store: Store, paths: list[str], columns: list[str], si
     return dd.from_delayed(futures, meta=meta, verify_meta=False)
 
 
-def _train_predictor(store: Store, subsystem: str, info: dict, scheduler: str | None, *,
+def _train_predictor(store: Store, subsystem: str, info: dict, pairs: set[tuple[str, str]],
+                     scheduler: str | None, *,
                      folds: int, n_workers: int, num_boost_round: int | None, since, until,
                      fit_timeout: float, key: Path | None, say, dashboard: str | None,
                      started: float, classifier) -> dict:
@@ -437,7 +477,7 @@ def _train_predictor(store: Store, subsystem: str, info: dict, scheduler: str | 
     from .predictors import LABEL as P_LABEL
     from .predictors import TooFewEvents, train_predictor, wanted_columns
 
-    paths = consistent(store, objects(store, subsystem, "records"))
+    paths = agreeing(consistent(store, objects(store, subsystem, "records")), pairs)
     if not paths:
         raise TrainError(f"{store.url}: no records of {subsystem}")
     with _session(scheduler, n_workers, dashboard, LocalCluster) as cluster:

@@ -28,7 +28,7 @@ checkpoint apart the p99 stayed at 325-377 ms for 1,024 readers of 16 uids: a
 request that arrived during a burst waited for all of it.  Paced 16 per 1 ms
 after 20 ms: 183 ms; 8 per 2 ms after 50 ms: 9.5 ms against 1.8 ms with none
 parked; 4 per 2 ms: x4.0 median of five runs against x5.2 for 8 per 2 ms
-(docs/bench/parked-readers.md).  The price: an unprivileged reader of 1,024
+(docs/results/parked-readers.md).  The price: an unprivileged reader of 1,024
 gets an event up to ~0.56 s after root.
 """
 

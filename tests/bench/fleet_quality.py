@@ -39,6 +39,7 @@ the whole run and over its second half (after the cold start).
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import shutil
@@ -91,9 +92,9 @@ def fill_store(url: str, seeds: list[int], ticks: int, portion_rows: int) -> lis
         r = run_seed(seed, ticks, keep_rows=True)
         rows = with_host_columns(r.pop("rows"), host)
         for number, offset in enumerate(range(0, rows.num_rows, portion_rows)):
-            target = Path(store.path(source.object_path(host["host_id"], number)))
-            target.parent.mkdir(parents=True, exist_ok=True)
-            pq.write_table(rows.slice(offset, portion_rows), target)
+            buffer = io.BytesIO()
+            pq.write_table(rows.slice(offset, portion_rows), buffer)
+            store.put(source.object_path(host["host_id"], number), buffer.getvalue())
         store.put(info_path(SUBSYSTEM, host["host_id"]),
                   json.dumps(subsystem_info(seed)).encode())
         hosts.append({"seed": seed, "host_id": host["host_id"], "rows": rows.num_rows,

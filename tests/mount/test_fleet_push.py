@@ -20,6 +20,7 @@ from fsspec.implementations.memory import MemoryFileSystem
 from mlfs.fleet.layout import Source, portion_number
 from mlfs.fleet.manifest import objects
 from mlfs.fleet.push import Pusher, store_key
+from mlfs.fleet.store import STORES, MemoryStore
 from tests.harness import FAST_CONFIG, REPO, Mount, mlfs_command, new_model, wait_for
 
 pytestmark = pytest.mark.mount
@@ -228,9 +229,13 @@ class RecordingMemoryFS(MemoryFileSystem):
 
 
 def test_a_store_without_atomic_rename_shows_readers_only_what_the_manifest_lists(
-        mount_root):
+        mount_root, monkeypatch):
     register_implementation("fleetmem", RecordingMemoryFS, clobber=True)
+    monkeypatch.setitem(STORES, "fleetmem", MemoryStore)  # a store is one map entry
     url = f"fleetmem://fleet-{os.getpid()}-{time.monotonic_ns()}"
+
+    def where(key: str) -> str:  # the file system's path of a store key
+        return RecordingMemoryFS._strip_protocol(f"{url}/{key}")
     m = Mount(mount_root)
     try:
         m.start()
@@ -242,7 +247,7 @@ def test_a_store_without_atomic_rename_shows_readers_only_what_the_manifest_list
         source = Source("sim.readahead", "dataset")
         first = pusher.pending(source)[0]
         # what a pusher killed mid-PUT leaves on a store without rename: a torn object
-        store.fs.pipe_file(store.path(source.object_path(host, first)), b"PAR1 torn")
+        store.put(source.object_path(host, first), b"PAR1 torn")
         assert objects(store, "sim.readahead", "dataset") == []
         assert fleet_status_of(url)["subsystems"] == {}
         RecordingMemoryFS.writes.clear()
@@ -250,18 +255,17 @@ def test_a_store_without_atomic_rename_shows_readers_only_what_the_manifest_list
         assert result.error == "" and result.shipped >= 3
         shipped = pusher.cursor.shipped[source.key()]
         listed = objects(store, "sim.readahead", "dataset")
-        assert listed == [store.path(source.object_path(host, n))
-                          for n in range(first, shipped + 1)]
+        assert listed == [source.object_path(host, n) for n in range(first, shipped + 1)]
         ticks = Counter()
         for path in listed:  # the torn one replaced: every listed object reads whole
-            with store.fs.open(path, "rb") as f:
+            with store.open(path) as f:
                 ticks.update(pq.read_table(f, columns=["tick"]).column("tick").to_pylist())
         assert ticks == Counter(mount_ticks(m, shipped))
         rows = fleet_status_of(url)["subsystems"]["sim.readahead"][host]["rows"]
         assert rows == sum(ticks.values())
         writes = RecordingMemoryFS.writes
-        manifest = writes.index(store.path(f"manifests/{host}.json"))
-        assert all(writes.index(p) < manifest for p in listed)  # the manifest last
+        manifest = writes.index(where(f"manifests/{host}.json"))
+        assert all(writes.index(where(p)) < manifest for p in listed)  # the manifest last
     finally:
         m.kill(signal.SIGTERM)
         RecordingMemoryFS.store.clear()

@@ -61,9 +61,10 @@ def test_a_format_1_state_directory_is_upgraded_and_everything_is_still_served(m
     assert len(portions) == 6 and not (m.state_dir / "format").exists()
     m.start()
     try:
-        assert (m.state_dir / "format").read_text() == "3\n"
+        assert (m.state_dir / "format").read_text() == "4\n"
         assert "state directory upgraded from format 1 to 2" in log_text(m)
         assert "state directory upgraded from format 2 to 3" in log_text(m)
+        assert "state directory upgraded from format 3 to 4" in log_text(m)
         served = sorted(p.name for p in (m.sub / "dataset").glob("*.parquet"))
         assert served[:6] == portions
         assert read_rows(m.sub / "dataset")[:len(old_rows)] == old_rows
@@ -85,14 +86,14 @@ def test_a_format_1_state_directory_is_upgraded_and_everything_is_still_served(m
 def test_a_newer_format_is_refused_in_one_line_and_nothing_mounts(mount_root):
     m = Mount(mount_root)
     m.state_dir.mkdir()
-    (m.state_dir / "format").write_text("4\n")
+    (m.state_dir / "format").write_text("5\n")
     done = mlfs("mount", str(m.mountpoint), "--config", str(m.config_path),
                 "--state-dir", str(m.state_dir))
     assert done.returncode == 2
-    assert done.stderr == (f"mlfs: {m.state_dir}: state directory format 4 is newer than "
-                           "this mlfs knows (3); mount it with a newer mlfs\n")
+    assert done.stderr == (f"mlfs: {m.state_dir}: state directory format 5 is newer than "
+                           "this mlfs knows (4); mount it with a newer mlfs\n")
     assert not os.path.ismount(m.mountpoint)
-    assert (m.state_dir / "format").read_text() == "4\n"
+    assert (m.state_dir / "format").read_text() == "5\n"
 
 
 # ---- damage outside the stores ----------------------------------------------------------

@@ -32,9 +32,10 @@ def test_a_format_1_directory_is_upgraded_in_place_and_says_so(tmp_path, caplog)
     assert statedir.read_version(state) == 1
     with caplog.at_level(logging.WARNING, "mlfs.state"):
         assert statedir.upgrade(state) == 1
-    assert (state / "format").read_text() == "3\n"
+    assert (state / "format").read_text() == "4\n"
     assert "upgraded from format 1 to 2" in caplog.text
     assert "upgraded from format 2 to 3" in caplog.text
+    assert "upgraded from format 3 to 4" in caplog.text
     after = sorted(p.relative_to(state) for p in state.rglob("*"))
     assert after == sorted([*before, Path("format")])  # v1 -> v3 moves nothing
     caplog.clear()
@@ -78,7 +79,7 @@ def test_a_damaged_format_file_is_set_aside_and_the_steps_run_again(tmp_path, ca
     (state / "format").write_bytes(b"\x00two")
     with caplog.at_level(logging.ERROR, "mlfs.state"):
         assert statedir.upgrade(state) == 1
-    assert (state / "format").read_text() == "3\n"
+    assert (state / "format").read_text() == f"{statedir.FORMAT_VERSION}\n"
     assert (state / "format.damaged").read_bytes() == b"\x00two"
     assert "format is damaged" in caplog.text
 
