@@ -37,10 +37,10 @@ def test_a_format_1_directory_is_upgraded_in_place_and_says_so(tmp_path, caplog)
     assert "upgraded from format 2 to 3" in caplog.text
     assert "upgraded from format 3 to 4" in caplog.text
     after = sorted(p.relative_to(state) for p in state.rglob("*"))
-    assert after == sorted([*before, Path("format")])  # v1 -> v3 moves nothing
+    assert after == sorted([*before, Path("format")])  # v1 -> v4 moves nothing
     caplog.clear()
     with caplog.at_level(logging.WARNING, "mlfs.state"):
-        assert statedir.upgrade(state) == 3  # nothing left to do, and quiet
+        assert statedir.upgrade(state) == 4  # nothing left to do, and quiet
     assert "upgraded" not in caplog.text
 
 
