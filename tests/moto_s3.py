@@ -52,6 +52,9 @@ def moto_server(log: Path) -> Iterator[str]:
                 time.sleep(0.2)
         yield endpoint
     finally:
+        if process.poll() is not None:  # it died under the tests: say how, for the failure
+            print(f"moto server (pid {process.pid}) ended early with {process.returncode}:\n"
+                  f"{log.read_text()[-3000:]}", file=sys.stderr)
         process.terminate()
         try:
             process.wait(timeout=20)

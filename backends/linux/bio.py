@@ -131,6 +131,9 @@ def unavailable() -> str | None:
 
 #: the loader's sha256, written beside it when it is built and checked before each start
 LOADER_HASH = "blkreq.sha256"
+#: part of every cache entry's key: entries an older mlfs built have no LOADER_HASH, so
+#: they are never looked at (a new entry is built beside them), rather than refused
+CACHE_LAYOUT = b"mlfs-bpf-cache-2\n"
 
 
 def _cache_dir() -> Path:
@@ -184,7 +187,7 @@ def _checked(binary: Path) -> Path:
 def build() -> Path:
     """The loader binary, built once per kernel release and source (cached), checked
     (`untrusted`) before it is returned to be run as root."""
-    digest = hashlib.sha256()
+    digest = hashlib.sha256(CACHE_LAYOUT)
     for name in ("blkreq.bpf.c", "blkreq.c"):
         digest.update((SOURCES / name).read_bytes())
     digest.update(os.uname().release.encode())

@@ -121,7 +121,9 @@ def test_crafted_and_truncated_policies_are_refused_and_the_daemon_keeps_serving
 
 def test_saved_state_is_fsynced_before_it_replaces_the_old(shared_mount, shared_models,
                                                            tmp_path):
-    """policy.txt and model.json: tmp file fsynced, renamed, directory fsynced."""
+    """policy.txt and model.json: a temporary file of an unpredictable name (`.NAME.<hex>.tmp`,
+    made O_EXCL|O_NOFOLLOW) fsynced, renamed over the file relative to the directory's
+    descriptor, the directory fsynced."""
     if shutil.which("strace") is None:
         pytest.skip("strace is missing")
     model = shared_models("durable")
@@ -140,10 +142,10 @@ def test_saved_state_is_fsynced_before_it_replaces_the_old(shared_mount, shared_
     calls = [re.sub(r"^\d+\s+", "", line) for line in trace.read_text().splitlines()]
     directory = str(shared_mount.state_dir / "sim.readahead" / "models" / "durable")
     for name in ("policy.txt", "model.json"):
-        tmp, final = f"{directory}/{name}.tmp", f"{directory}/{name}"
-        synced = [i for i, c in enumerate(calls) if c.startswith("fsync(") and f"<{tmp}>" in c]
-        renamed = [i for i, c in enumerate(calls) if "rename" in c and f'"{tmp}"' in c
-                   and f'"{final}"' in c]
+        tmp = re.compile(rf"{re.escape(directory)}/\.{re.escape(name)}\.[0-9a-f]+\.tmp>")
+        synced = [i for i, c in enumerate(calls) if c.startswith("fsync(") and tmp.search(c)]
+        renamed = [i for i, c in enumerate(calls) if c.startswith("rename")
+                   and f'".{name}.' in c and f'"{name}"' in c and f"<{directory}>" in c]
         dir_synced = [i for i, c in enumerate(calls)
                       if c.startswith("fsync(") and f"<{directory}>" in c]
         assert synced and renamed, (name, calls[-20:])
