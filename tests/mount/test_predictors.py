@@ -4,6 +4,7 @@ predictions written as lines, shadow scoring against SMART's threshold trip, ale
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 
@@ -180,3 +181,41 @@ def test_the_trainer_keeps_its_policy_alive_while_a_fit_runs_long(mount_root, po
     else:
         assert "emergency" in modes  # the silence rule, which the keep-alive prevents
         assert "keepalives" not in stats
+
+
+def fit_that_never_ends(request: dict) -> dict:
+    """Stands in for `fit_in_child` in the child process: a fit slower than any deadline."""
+    while True:
+        time.sleep(1)
+
+
+def test_max_seconds_holds_while_a_fit_never_ends(disks, monkeypatch):
+    """`max_seconds` bounds the trainer, not its fits: a fit that would never end is
+    killed (by its pid) when the trainer's time is up, and the trainer returns.  Before,
+    the trainer joined its fit thread, and `mlfs train --max-seconds 25` took 72 s
+    beside two busy loops."""
+    import threading
+
+    from mlfs.trainers import predictor_worker
+
+    pids: list[int] = []
+    real = predictor_worker.FitProcess
+
+    class Recorded(real):
+        def submit(self, request: dict) -> None:
+            super().submit(request)
+            pids.append(self.pid)
+
+    monkeypatch.setattr(predictor_worker, "fit_in_child", fit_that_never_ends)
+    monkeypatch.setattr(predictor_worker, "FitProcess", Recorded)
+    stats: dict = {}
+    trainer = threading.Thread(target=lambda: stats.update(predictor_worker.run_predictor(
+        str(disks.mountpoint), "sim.disks", "slow", max_seconds=30.0)), daemon=True)
+    trainer.start()
+    trainer.join(BROKEN_JOIN_SECONDS)
+    assert not trainer.is_alive(), "the trainer waited for its fit past max_seconds"
+    assert pids, "no fit was started"
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):  # killed and reaped
+            os.kill(pid, 0)
+    assert stats["fits"] == 0
