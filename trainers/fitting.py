@@ -169,6 +169,7 @@ def serve(requests_fd: int, results_fd: int, target: str) -> None:
     import importlib
     import traceback
 
+    _end_with_parent()
     module, name = target.split(":")
     function = getattr(importlib.import_module(module), name)
     requests = Connection(requests_fd, writable=False)
@@ -183,4 +184,21 @@ def serve(requests_fd: int, results_fd: int, target: str) -> None:
         except Exception as exc:  # a fit must never end the trainer: reported, retried
             out = {"error": f"{type(exc).__name__}: {exc}",
                    "traceback": traceback.format_exc()}
-        results.send(out)
+        try:
+            results.send(out)
+        except OSError:  # the trainer is gone
+            return
+
+
+def _end_with_parent() -> None:
+    """Have the kernel kill this child when the trainer that started it dies (even by
+    SIGKILL, which runs no clean-up): a fit must not outlive its trainer."""
+    import ctypes
+    import signal
+
+    PR_SET_PDEATHSIG = 1  # noqa: N806  (linux/prctl.h)
+    parent = os.getppid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # it died before the request took effect
+        os._exit(1)

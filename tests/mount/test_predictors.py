@@ -3,10 +3,12 @@ predictions written as lines, shadow scoring against SMART's threshold trip, ale
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import time
+from pathlib import Path
 
 import numpy as np
 import pyarrow.dataset as ds
@@ -219,3 +221,42 @@ def test_max_seconds_holds_while_a_fit_never_ends(disks, monkeypatch):
         with pytest.raises(ProcessLookupError):  # killed and reaped
             os.kill(pid, 0)
     assert stats["fits"] == 0
+
+
+def _children(pid: int) -> set[int]:
+    """The pids of a process's children (every thread's), from /proc."""
+    out: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            out.update(int(c) for c in (task / "children").read_text().split())
+    return out
+
+
+def test_a_trainer_killed_outright_leaves_no_fit_running(disks):
+    """A fit runs in a child of `mlfs train`; when the trainer dies by SIGKILL (no clean-up
+    of its own runs) the kernel ends the child too (PR_SET_PDEATHSIG), so no fit keeps
+    a core busy for a trainer that is gone."""
+    import subprocess
+    import sys
+
+    trainer = subprocess.Popen([sys.executable, "-m", "mlfs", "train", str(disks.mountpoint),
+                                "sim.disks", "--model", "killed"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        fits = wait_for(lambda: _children(trainer.pid), timeout=120, interval=0.1,
+                        what="the trainer's fit process")
+    finally:
+        trainer.kill()
+        trainer.wait(BROKEN_JOIN_SECONDS)
+
+    def gone() -> bool:
+        for pid in fits:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                continue
+            return False
+        return True
+
+    wait_for(gone, timeout=BROKEN_JOIN_SECONDS, interval=0.1,
+             what="the fit's process to end with its trainer")
