@@ -82,7 +82,9 @@ class FitProcess:
     two pipes), not `multiprocessing`: a fork would copy the trainer's threads' locks,
     and multiprocessing's spawn runs the parent's main script again in the child,
     which an unguarded script (a user's, a test's) turns into a second trainer.
-    `function` is named by its module and name, so it must be a module's top level."""
+    `function` is named by its module and name, so it must be a module's top level.
+    The kernel kills the child when the thread that started it ends (PR_SET_PDEATHSIG),
+    so start, use and close one from the same thread."""
 
     def __init__(self, function: Callable[[dict], dict]) -> None:
         self.target = f"{function.__module__}:{function.__qualname__}"

@@ -138,7 +138,11 @@ def run_predictor(mountpoint: str, subsystem: str, model: str = "lgbm", *,
             if fit.running:
                 result = fit.result(LOOP_SECONDS)
                 if result is not None:
-                    _take(result, stats, log, fleet, uploads)
+                    try:
+                        _take(result, stats, log, fleet, uploads)
+                    except OSError as exc:  # refused (errno and reason in `errors`), or the
+                        # mount went away: the next fit tries again
+                        log.warning("predictor trainer: %s (retrying)", exc)
                     next_fit = time.monotonic() + refit_seconds
                 elif time.monotonic() >= fit.kill_at and (end is None or fit.kill_at < end):
                     fit.cancel()
@@ -164,7 +168,7 @@ def run_predictor(mountpoint: str, subsystem: str, model: str = "lgbm", *,
                 log.warning("predictor trainer: keep-alive upload refused: %s", exc)
     finally:
         if fit.running:
-            log.info("predictor trainer: the fit running at the deadline was ended")
+            log.info("predictor trainer: the fit still running when it stopped was ended")
         fit.close()
     stats["efficiency"] = client.read_attr_or(mdir / "efficiency", "unknown")
     stats["mode"] = client.read_attr_or(mdir / "mode", "?")
