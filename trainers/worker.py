@@ -695,10 +695,12 @@ def run_worker(
     """
     if not NAME.fullmatch(model):
         raise ValueError(f"model name {model!r} is not [a-z0-9][a-z0-9._-]{{0,63}}")
+    entered = time.monotonic()
     if _has_targets(mountpoint, subsystem):  # a predictor, not a knob model
         from .predictor_worker import run_predictor
 
-        return run_predictor(mountpoint, subsystem, model, stop=stop, max_seconds=max_seconds,
+        left = None if max_seconds is None else max_seconds - (time.monotonic() - entered)
+        return run_predictor(mountpoint, subsystem, model, stop=stop, max_seconds=left,
                              log=log, seed=seed, initial_policy=initial_policy)
     worker = _Worker(mountpoint, subsystem, model, stop or threading.Event(), log,
                      prepare_seconds, seed, learning_ttl, relative, initial_policy, features)

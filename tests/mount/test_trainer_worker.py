@@ -16,6 +16,10 @@ from mlfs.trainers.worker import run_worker
 
 from tests.harness import REPO, mlfs_command, wait_for
 
+#: how long a wait may last before the test calls the worker or the mount broken: never
+#: a measure of speed (tests stop the worker with `stop`, in a `finally`)
+BROKEN_SECONDS = 120.0
+
 
 def test_worker_on_a_real_mount(mount) -> None:
     """The whole loop on the real daemon: every input the worker writes is accepted,
@@ -27,24 +31,26 @@ def test_worker_on_a_real_mount(mount) -> None:
 
     def target() -> None:
         result.update(run_worker(str(mount.mountpoint), "sim.readahead", "lgbm", stop=stop,
-                                 max_seconds=90, log=logging.getLogger("test.train")))
+                                 log=logging.getLogger("test.train")))
 
     thread = threading.Thread(target=target, daemon=True)
     thread.start()
     try:
-        wait_for(lambda: model_dir.is_dir() and (model_dir / "policy").read_text(), 45,
+        wait_for(lambda: model_dir.is_dir() and (model_dir / "policy").read_text(), BROKEN_SECONDS,
                  what="a policy on the mount")
         info = json.loads((sub / "info").read_text())
         names = lgb.Booster(model_str=(model_dir / "policy").read_text()).feature_name()
         assert names == list(info["features"]) + ["knob_read_ahead_kb"]
         os.rmdir(model_dir)
         wait_for(lambda: model_dir.is_dir()
-                 and (model_dir / "state").read_text() in ("started\n", "running\n"), 15,
+                 and (model_dir / "state").read_text() in ("started\n", "running\n"),
+                 BROKEN_SECONDS,
                  what="the proxy re-created and started")
-        wait_for(lambda: (model_dir / "policy").read_text(), 20, what="the policy re-uploaded")
+        wait_for(lambda: (model_dir / "policy").read_text(),
+                 BROKEN_SECONDS, what="the policy re-uploaded")
     finally:
         stop.set()
-        thread.join(10)
+        thread.join(BROKEN_SECONDS)
     assert not thread.is_alive()
     assert result["fits"] >= 1 and result["policies"] >= 2
     assert result["recommendations"] >= 1
@@ -63,20 +69,20 @@ def test_a_worker_given_some_features_uploads_a_policy_on_those_alone(mount) -> 
 
     def target() -> None:
         result.update(run_worker(str(mount.mountpoint), "sim.readahead", "few", stop=stop,
-                                 max_seconds=90, log=logging.getLogger("test.train"),
+                                 log=logging.getLogger("test.train"),
                                  features=list(reversed(chosen))))
 
     thread = threading.Thread(target=target, daemon=True)
     thread.start()
     try:
-        wait_for(lambda: model_dir.is_dir() and (model_dir / "policy").read_text(), 45,
+        wait_for(lambda: model_dir.is_dir() and (model_dir / "policy").read_text(), BROKEN_SECONDS,
                  what="a policy on the mount")
         names = lgb.Booster(model_str=(model_dir / "policy").read_text()).feature_name()
         assert names == chosen + ["knob_read_ahead_kb"]  # in info order, whatever was asked
         assert (model_dir / "state").read_text() == "running\n"
     finally:
         stop.set()
-        thread.join(10)
+        thread.join(BROKEN_SECONDS)
     assert not thread.is_alive()
     assert result["policies"] >= 1 and result["policy_rejected"] == 0, result
     assert (model_dir / "errors").read_text() == ""

@@ -187,3 +187,31 @@ def test_a_policy_whose_finite_leaves_sum_to_infinity_is_removed(state):
     assert proxy.policy is None
     [event] = removed_events(events)
     assert event["reason"] == "a prediction is not a finite number"
+
+
+def test_a_keep_alive_upload_of_the_policy_in_force_is_not_checked_again(tmp_path,
+                                                                        monkeypatch):
+    """A trainer's keep-alive uploads the policy in force every few seconds; its check
+    process took 5-15 s on a loaded machine, so the trainer was heard too late and the
+    model pinned to emergency as silent (issue 55).  The running policy is not checked
+    again; any other text still is."""
+    exchange = open_exchange(tmp_path)
+    try:
+        proxy = exchange.runtimes["sim.readahead"].create_model("m")
+        text = sim_policy()
+        proxy.set_policy(text, proxy.check_policy(text))
+        checks: list[bytes] = []
+        real = policy_module.check_in_subprocess
+
+        def counted(data: bytes) -> dict:
+            checks.append(data)
+            return real(data)
+
+        monkeypatch.setattr("mlfs.core.installed_policy.check_in_subprocess", counted)
+        assert proxy.check_policy(text) is proxy.policy
+        assert checks == []
+        other = sim_policy(rounds=6)
+        assert proxy.check_policy(other).text == other
+        assert checks == [other]
+    finally:
+        exchange.close()
