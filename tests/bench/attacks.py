@@ -481,38 +481,13 @@ def _as_nobody(script: str) -> subprocess.CompletedProcess:
                           timeout=60)
 
 
-#: a plugin whose constructor waits on a FIFO: a device probe that never answers.  The
-#: first version of this attack loaded linux.sysfs on /proc/kmsg, which the load's check
-#: now refuses before any backend is built, so the stuck path was no longer exercised.
-STUCK_PLUGIN = """
-from mlfs.abi import Objective, Sample, Subsystem
-
-class Stuck(Subsystem):
-    name, backend, description, tick_seconds = "stuck.one", "stuck.probe", "stuck", 0.05
-    objective = Objective("x", "", "max")
-    knobs = {}
-    features = {"x": "float64"}
-
-    def step(self, knobs):
-        return Sample(features={"x": 1.0}, objective=0.0)
-
-def check(settings):
-    return settings, ["stuck.one"]
-
-def factory(settings):
-    with open(settings["wait_for"]) as fifo:
-        fifo.read()
-    return [Stuck()]
-"""
-
-
 def _install_stuck_plugin(site: Path) -> None:
-    dist = site / "mlfs_backend_stuck-1.0.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: mlfs-backend-stuck\n"
-                                   "Version: 1.0\n")
-    (dist / "entry_points.txt").write_text("[mlfs.backends]\nstuck.probe = mlfs_stuck\n")
-    (site / "mlfs_stuck.py").write_text(STUCK_PLUGIN)
+    """The test suite's plugin whose constructor waits on a FIFO (a device probe that never
+    answers).  The first version of this attack loaded linux.sysfs on /proc/kmsg, which the
+    load's check now refuses before any backend is built: the stuck path went unexercised."""
+    from tests.mount.test_plugins import STUCK, install_plugin
+
+    install_plugin(site, "stuck.probe", "mlfs_stuck", STUCK)
 
 
 def attack_stuck_load(ws: Workspace) -> str:

@@ -30,18 +30,8 @@ from pathlib import Path
 
 from mlfs.client import MountProcess
 
-CONFIG = """
-[mount]
-allow_other = true
-
-[store]
-seal_seconds = 1.0
-
-[[subsystem]]
-backend = "linux.kmsg"
-tick_seconds = 0.1
-start = "now"
-"""
+# the kernel-log mount the rate bench uses: one configuration, defined once
+from tests.bench.kmsg import CONFIG
 
 WRITER = r"""
 import os, random, string, sys, time
