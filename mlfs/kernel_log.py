@@ -752,14 +752,39 @@ class Report:
         return "\n".join(head) + "\n\n" + "\n".join(printable(line) for line in self.block) \
             + "\n"
 
+    @classmethod
+    def from_text(cls, rid: str, text: str) -> Report:
+        """The report a report file (`text()`) holds: the one reading of the one format,
+        kept beside its writer (`mlfs reports` reads the mount's files through it)."""
+        import calendar
+        import time as _time
+
+        head, _, block = text.partition("\n\n")
+        fields = dict(line.partition(": ")[::2] for line in head.splitlines())
+
+        def when(value: str) -> float:
+            return float(calendar.timegm(_time.strptime(value, "%Y-%m-%dT%H:%M:%SZ")))
+
+        count = fields.get("count", "0")
+        return cls(rid, fields.get("kind", ""), fields.get("title", ""),
+                   int(count) if count.isdigit() else 0, when(fields["first_seen"]),
+                   when(fields["last_seen"]), fields.get("release", ""),
+                   fields.get("host", ""), block.splitlines(),
+                   guilty_file=fields.get("guilty_file", ""))
+
 
 class Reports:
     """Reports by signature, bounded per class (`BUDGETS`): a new report in a full class
-    evicts that class's least recently seen report (counted in `evicted`)."""
+    evicts that class's least recently seen report (counted in `evicted`).
 
-    def __init__(self, release: str, host: str) -> None:
+    The host's rule and the fleet's are this one class: `mlfs fleet reports` feeds every
+    host's shipped occurrences through `seen` (with budgets for a fleet), so a bug is one
+    report on a host and one line on the dashboard by the same signature and similarity."""
+
+    def __init__(self, release: str, host: str, budgets: dict[str, int] | None = None) -> None:
         self.release = release
         self.host = host
+        self.budgets = dict(BUDGETS if budgets is None else budgets)
         self.by_id: dict[str, Report] = {}
         #: per class, report ids from least to most recently seen
         self._recent: dict[str, collections.OrderedDict[str, None]] = {
@@ -780,7 +805,7 @@ class Reports:
     def _similarity(self, kind: str) -> Similarity:
         similar = self.similar.get(kind)
         if similar is None:  # both classes may hold a kind (root writing a WARNING)
-            similar = self.similar[kind] = Similarity(MAX_REPORTS)
+            similar = self.similar[kind] = Similarity(sum(self.budgets.values()))
         return similar
 
     def _touch(self, report: Report, when: float) -> None:
@@ -797,7 +822,7 @@ class Reports:
 
     def _keep(self, report: Report, text: str) -> None:
         recent = self._recent[report.budget]
-        while len(recent) >= BUDGETS[report.budget]:
+        while len(recent) >= self.budgets[report.budget]:
             self._evict(report.budget)
         self.by_id[report.id] = report
         recent[report.id] = None

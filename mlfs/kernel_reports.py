@@ -14,35 +14,51 @@ from __future__ import annotations
 import html
 import json
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
-from .kernel_log import REPORTED_KINDS, printable, signature_id
+from .kernel_log import REPORTED_KINDS, Report, Reports, printable
 
 KERNEL_LOG_SUBSYSTEM = "linux.kmsg"
 
 
+#: a fleet's dashboard keeps this many reports per class (a host keeps `BUDGETS`)
+FLEET_BUDGETS = {"kernel": 8192, "user": 2048}
+
+
+def _iso(when: float) -> str:
+    return datetime.fromtimestamp(when, UTC).isoformat()
+
+
+def _listed(report: Report, hosts: list[str], releases: list[str], example: str) -> dict:
+    """One dashboard line of `report` (a `kernel_log.Report`, the one report type)."""
+    return {"id": report.id, "kind": report.kind, "title": report.title,
+            "count": report.count, "hosts": len(hosts), "host_ids": hosts,
+            "releases": releases, "first_seen": _iso(report.first_seen),
+            "last_seen": _iso(report.last_seen), "guilty_file": report.guilty_file,
+            "example": example, "block": list(report.block)}
+
+
 def local_reports(mountpoint: Path, subsystem: str = KERNEL_LOG_SUBSYSTEM) -> list[dict]:
-    """The reports a mount serves, each as a dict (its header fields and its block)."""
+    """The reports a mount serves, read through `Report.from_text` (the writer's own
+    format), one line each."""
     directory = Path(mountpoint) / subsystem / "reports"
     if not directory.is_dir():
         raise FileNotFoundError(f"{directory}: no reports (is {subsystem} served there?)")
     out = []
     for path in sorted(directory.iterdir()):
-        text = path.read_text()
-        head, _, block = text.partition("\n\n")
-        item: dict = {"id": path.name}
-        for line in head.splitlines():
-            key, _, value = line.partition(": ")
-            item[key] = int(value) if key == "count" and value.isdigit() else value
-        item["hosts"] = 1
-        item["example"] = block.splitlines()[0] if block else ""
-        item["block"] = block.splitlines()
-        out.append(item)
-    return sorted(out, key=lambda r: (-r.get("count", 0), r.get("title", "")))
+        report = Report.from_text(path.name, path.read_text())
+        out.append(_listed(report, [report.host], [report.release],
+                           report.block[0] if report.block else ""))
+    return out
 
 
 def fleet_reports(url: str, subsystem: str = KERNEL_LOG_SUBSYSTEM) -> list[dict]:
-    """Reports merged by signature over every host's shipped kernel-log rows."""
+    """Reports over every host's shipped kernel-log rows, merged by the host's own rule.
+
+    Each occurrence (a block's records, in order) goes through `kernel_log.Reports.seen`
+    as on a host: the same signature, or a similar block of the same kind, is one report;
+    the hosts and kernel releases it hit are counted beside it."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
@@ -59,38 +75,35 @@ def fleet_reports(url: str, subsystem: str = KERNEL_LOG_SUBSYSTEM) -> list[dict]
             table = pq.read_table(fh)
         if not set(wanted) <= set(table.column_names):
             continue
-        table = table.select(wanted)
-        # one occurrence per report: a block's first record, or a one-record report
-        table = table.filter(pc.and_(pc.is_in(table.column("kind"),
-                                              pa.array(sorted(REPORTED_KINDS))),
-                                     pc.equal(table.column("seq"), table.column("block"))))
-        tables.append(table)
+        tables.append(table.select(wanted).filter(pc.is_valid(table.column("block"))))
     if not tables:
         return []
-    rows = pa.concat_tables(tables, promote_options="permissive")
-    merged: dict[tuple[str, str], dict] = {}
-    for row in rows.to_pylist():
-        key = (row["kind"], row["signature"])
-        item = merged.get(key)
-        if item is None:
-            item = merged[key] = {"id": signature_id(*key), "kind": key[0], "title": key[1],
-                                  "count": 0, "hosts": set(), "releases": set(),
-                                  "first_seen": row["ts"], "last_seen": row["ts"],
-                                  "example": row["message"]}
-        item["count"] += 1
-        item["hosts"].add(row["host_id"])
-        item["releases"].add(row["kernel_release"])
-        if row["ts"] < item["first_seen"]:
-            item["first_seen"], item["example"] = row["ts"], row["message"]
-        item["last_seen"] = max(item["last_seen"], row["ts"])
-    out = []
-    for item in merged.values():
-        item["host_ids"] = sorted(item.pop("hosts"))
-        item["hosts"] = len(item["host_ids"])
-        item["releases"] = sorted(item["releases"])
-        item["first_seen"] = item["first_seen"].isoformat()
-        item["last_seen"] = item["last_seen"].isoformat()
-        out.append(item)
+    rows = pa.concat_tables(tables, promote_options="permissive").to_pylist()
+    blocks: dict[tuple[str, int], list[dict]] = {}
+    for row in rows:
+        blocks.setdefault((row["host_id"], row["block"]), []).append(row)
+    occurrences = []
+    for records in blocks.values():
+        records.sort(key=lambda r: r["seq"])
+        first = records[0]
+        if first["seq"] == first["block"] and first["kind"] in REPORTED_KINDS:
+            occurrences.append(records)
+    occurrences.sort(key=lambda records: records[0]["ts"])
+    merged = Reports("", "", FLEET_BUDGETS)
+    hosts: dict[str, set[str]] = {}
+    releases: dict[str, set[str]] = {}
+    examples: dict[str, str] = {}
+    for records in occurrences:
+        first = records[0]
+        report, _ = merged.seen(first["kind"], first["signature"],
+                                [r["message"] for r in records], first["ts"].timestamp())
+        if report is None:
+            continue
+        hosts.setdefault(report.id, set()).add(first["host_id"])
+        releases.setdefault(report.id, set()).add(first["kernel_release"])
+        examples.setdefault(report.id, first["message"])
+    out = [_listed(r, sorted(hosts[r.id]), sorted(releases[r.id]), examples[r.id])
+           for r in merged.by_id.values() if r.id in hosts]
     return sorted(out, key=lambda r: (-r["hosts"], -r["count"], r["title"]))
 
 

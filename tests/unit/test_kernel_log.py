@@ -12,6 +12,7 @@ from mlfs.kernel_log import (
     MAX_ALIASES,
     MAX_REPORTS,
     Blocks,
+    Report,
     Reports,
     classify,
     mask,
@@ -197,3 +198,18 @@ def test_a_report_names_the_guilty_file_as_syzkallers_corpus_does_and_keeps_it()
     again = Reports("6.1.0", "host")
     again.load(reports.to_json())
     assert again.by_id[report.id].guilty_file == expected
+
+
+def test_a_report_file_reads_back_as_the_report_it_was_written_from():
+    """`mlfs reports` reads the mount's report files through `Report.from_text`, the
+    inverse of `Report.text` beside it: one report type, no second parser."""
+    reports = Reports("6.1.0", "host-a")
+    block = ["WARNING: CPU: 0 PID: 1 at fs/ext4/inode.c:1 ext4_writepages+0x1/0x2",
+             "Call Trace:", " ext4_writepages+0x1/0x2", " do_writepages+0x3/0x4"]
+    report, _ = reports.seen("warning", "WARNING in ext4_writepages", block, 1_700_000_000.0)
+    reports.seen("warning", "WARNING in ext4_writepages", block, 1_700_000_100.0)
+    back = Report.from_text(report.id, report.text())
+    assert (back.id, back.kind, back.title, back.count, back.release, back.host) == \
+        (report.id, "warning", "WARNING in ext4_writepages", 2, "6.1.0", "host-a")
+    assert (back.first_seen, back.last_seen) == (1_700_000_000.0, 1_700_000_100.0)
+    assert back.block == block and back.guilty_file == report.guilty_file
