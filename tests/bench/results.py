@@ -599,11 +599,27 @@ def kmsg_dedup(out: Outputs) -> Row:
         return missing("crash-report duplicates", "syzkaller's logs", "", command)
     d = out.json(rel)
     m = d["mlfs"]
-    result = (f"F1 {m['f1']:.3f} (signature or TF-IDF ≥ {m['threshold']:g}) vs "
+    result = (f"F1 {m['f1']:.3f}, precision {m['precision']:.3f}, recall {m['recall']:.3f} "
+              f"(signature or similarity ≥ {m['threshold']:g}) vs "
               f"{d['signature']['f1']:.3f} (signatures alone)")
     return Row(f"crash-report duplicates ({lab(rel)})",
                f"syzkaller's {d['logs']} titled logs, {d['pairs']:,} pairs", result,
                runs="**one run** (deterministic)", command=command)
+
+
+def kmsg_titles(out: Outputs) -> Row:
+    rel = "kmsg-titles.json"
+    command = "`python -m tests.bench.kmsg_titles`"
+    if not out.exists(rel):
+        return missing("crash titles", "syzkaller's logs", "", command)
+    d = out.json(rel)
+    result = (f"titles equal syzkaller's on {d['titles_equal']:.1%} of {d['titled_logs']} "
+              f"titled logs; `CORRUPTED` agrees on {d['corrupted_agrees']:.1%} of "
+              f"{d['logs']}; the guilty file on {d['guilty_file_right']:.1%} of "
+              f"{d['guilty_logs']}")
+    return Row(f"crash titles ({lab(rel)})",
+               f"syzkaller's pkg/report corpus, {d['logs']} logs and {d['guilty_logs']} "
+               "guilty ones", result, runs="**one run** (deterministic)", command=command)
 
 
 def bio_capture(out: Outputs) -> Row:
@@ -733,7 +749,7 @@ def rows(out: Outputs) -> list[Row]:
     return [learning(out), readahead(out), *newest_readahead, *dirty(out), writeback(out),
             queue(out), *families(out),
             fleet_coldstart(out), fleet_demo(out), predict(out), failing_predict(out),
-            kmsg_dedup(out),
+            kmsg_titles(out), kmsg_dedup(out),
             bio_capture(out), kmsg_rates(out), records_ingest(out), exchange(out)]
 
 
@@ -748,7 +764,7 @@ HEADLINES = (
     ("fleet cold start", "fleet-coldstart.md"),
     ("drive failure prediction", "predict-sim-disks.md"),
     ("failure prediction on a real failing disk", "../predictors.md"),
-    ("crash-report duplicates", "../kernel-log.md"),
+    ("crash titles", "../kernel-log.md"),
 )
 
 
