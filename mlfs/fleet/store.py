@@ -249,7 +249,10 @@ class FsspecStore(Store):
         from fsspec.core import url_to_fs
 
         try:
-            self._fs, root = url_to_fs(url)
+            # a fresh file system object per store: fsspec's instance cache would hand a
+            # later store the client an earlier one made, with the endpoint and
+            # credentials of then (a test's second S3 endpoint reached the first, gone)
+            self._fs, root = url_to_fs(url, skip_instance_cache=True)
         except ImportError as exc:  # fsspec names the package to install
             raise StoreUnavailable(f"{url}: {exc}") from None
         self._root = root.rstrip("/")
