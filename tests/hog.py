@@ -26,6 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command or args.cores < 0:
         parser.error("give a command after --, and --cores >= 0")
+    # SIGTERM ends this process through `finally`, so the spinners go with it
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     hogs = [subprocess.Popen([sys.executable, "-c", SPIN]) for _ in range(args.cores)]
     try:
         return subprocess.call(command)
