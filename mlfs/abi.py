@@ -104,7 +104,7 @@ class Knob:
     back during the next ticks, a readahead size that reaches only files
     opened afterwards).  0, the default, means a change acts within its tick.
     The proxy then interleaves ML and the default in episodes and leaves the
-    settling ticks out of its efficiency (mlfs/core/efficiency.py).
+    settling ticks out of its efficiency (mlfs/core/models/efficiency.py).
     """
 
     name: str
@@ -175,7 +175,7 @@ class Settling:
     0 are ignored.  Until k values of a knob were seen, its ticks count as
     settling (its value before is unknown).  The one rule for what
     `Knob.settle_ticks` means tick by tick: the proxy leaves these ticks out
-    of its efficiency (mlfs/core/efficiency.py) and the trainer out of its fit
+    of its efficiency (mlfs/core/models/efficiency.py) and the trainer out of its fit
     (trainers/learner.py), since both would otherwise credit a setting with
     what the previous one left behind.
     """
@@ -203,7 +203,7 @@ class Objective:
     """What a subsystem's ticks are judged by: `name` in `unit`, to maximise or minimise.
 
     `name` APPLICATION: the application measures it and writes it to `objective`
-    (mlfs.core.application); a tick's row then waits up to `wait_seconds` for the
+    (mlfs.base.application); a tick's row then waits up to `wait_seconds` for the
     figure (None: twice the tick, at least 2 s) and the sample's own `objective` is
     never used."""
 

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field, fields
 from importlib import resources
 from pathlib import Path
 
-from .core.hostid import host_id_problem
-from .core.portion import StorePolicy
-from .core.readers import FREE_TASKS
+from mlfs.base.hostid import host_id_problem
+from mlfs.base.portion import StorePolicy
+from mlfs.core.mount.readers import FREE_TASKS
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ class MountConfig:
     group: str = ""
     allow_other: bool = True
     max_tasks: int = 512
-    # events files, for every uid but root (core/readers.py says why and what
+    # events files, for every uid but root (core/mount/readers.py says why and what
     # is refused with which errno): open at once per uid and for all of them,
     # reads waiting for an event per uid and for all of them
     events_streams_per_uid: int = 128
@@ -115,7 +115,7 @@ class MountConfig:
     max_models: int = 4096
     # subsystems served at once, configured ones counted; a load beyond it gets ENOSPC
     max_subsystems: int = 64
-    # action commands started per minute over the whole mount (core/actions.py: a
+    # action commands started per minute over the whole mount (core/mount/actions.py: a
     # token bucket); an alert beyond is counted as `limited`, logged, never queued
     action_spawns_per_minute: int = 60
     # this mount's fleet host id (docs/fleet.md); "" = minted once, kept in the state dir
@@ -332,8 +332,7 @@ def check_host(config: Config) -> None:
 def _check_subsystems(entries: list) -> None:
     """Every [[subsystem]] table checked whole, with safe and unique names."""
     from mlfs.backends import check_entry
-
-    from .core.statedir import subsystem_name_problem
+    from mlfs.base.statedir import subsystem_name_problem
 
     seen: dict[str, int] = {}
     for number, entry in enumerate(entries, 1):

@@ -30,15 +30,16 @@ from mlfs.backends import (
     describe_backends,
     listing_text,
 )
+from mlfs.base import statedir
+from mlfs.base.errors import error_line
+from mlfs.core.mount import metrics
+from mlfs.core.mount.control import Control
+from mlfs.core.mount.exchange import Exchange
+from mlfs.core.mount.loading import Loader
+from mlfs.core.mount.runtime import LOADED
 
 from . import __version__, runfile
 from .config import Config
-from .core import metrics, statedir
-from .core.control import Control
-from .core.errors import error_line
-from .core.exchange import Exchange
-from .core.loading import Loader
-from .core.runtime import LOADED
 from .fs.operations import Operations
 from .http import serve_metrics
 

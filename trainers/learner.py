@@ -48,7 +48,7 @@ from mlfs.abi import (
     distance_from_default,
     knob_column,
 )
-from mlfs.sequential import MIN_EPISODES, boundary
+from mlfs.base.sequential import MIN_EPISODES, boundary
 
 __all__ = [
     "KnobLearner",
@@ -1020,7 +1020,7 @@ def drop_verdict(local_loss: np.ndarray, kept_loss: np.ndarray,
     The samples are the per-row differences of loss (local - kept; `challenge` passes
     absolute errors: squared error is carried by a few rows) on the same holdout rows,
     averaged over blocks of `block` consecutive rows; their z (mean over its standard
-    error) must fall below minus the normal-mixture boundary of mlfs/sequential.py --
+    error) must fall below minus the normal-mixture boundary of mlfs/base/sequential.py --
     the test the proxy's mode machine decides with -- at `MIN_EPISODES` blocks or more.
     A lower RMSE alone is not enough: on a few hundred rows it swings either way with
     the phase the holdout happened to catch, and a drop cannot be taken back."""

@@ -23,7 +23,7 @@ sim.disks, at the threshold rule's false-alarm rate, the same fit catches x1.82 
 rule's failures without them and x5.09 with them, x6.31 with leaves of 100 rows
 (docs/results/predict-sim-disks.md).
 
-Labels come from the rows themselves (`mlfs.core.outcomes` defines the same rule for
+Labels come from the rows themselves (`mlfs.base.outcomes` defines the same rule for
 scoring; it is restated here because a trainer imports only the client and the ABI):
 a row is positive when its entity's next event comes 1..horizon ticks later; the event's
 own row is left out of training.

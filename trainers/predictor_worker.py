@@ -3,7 +3,7 @@
 An ordinary user of the mount, like the knob trainer: it creates and starts its model
 (`mkdir models/<m>`, `echo start > control`), seals and reads the record dataset, labels
 each row with what happened afterwards (its entity's event within the target's horizon,
-the rule `mlfs.core.outcomes` counts by), fits a calibrated `EventLearner`, and uploads
+the rule `mlfs.base.outcomes` counts by), fits a calibrated `EventLearner`, and uploads
 it as the model's policy, whose output the proxy reads as a probability.  It refits as
 rows arrive (every `refit_seconds`), and uploads the policy in force again every
 POLICY_KEEPALIVE_SECONDS, so the proxy never calls it silent.

@@ -77,7 +77,7 @@ from mlfs.abi import (
     text,
     tick_seconds,
 )
-from mlfs.core.durable import open_dir, open_regular, read_bounded
+from mlfs.base.durable import open_dir, open_regular, read_bounded
 
 ROOT_ONLY = True
 SOURCES = Path(__file__).resolve().parent / "bpf"

@@ -29,7 +29,7 @@ class KnobSpec:
     original is recorded too.  `priority` orders restores (lower first).
     `coupled` names knobs of the same subsystem whose value a write of this
     one changes (the scheduler resets nr_requests).  `settle_ticks`: for how
-    many ticks a change still shows in the objective (mlfs/core/efficiency.py).
+    many ticks a change still shows in the objective (mlfs/core/models/efficiency.py).
     """
 
     name: str

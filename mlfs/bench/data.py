@@ -12,9 +12,9 @@ from .plan import MiB
 def dataset_schema():
     """The dataset schema exactly as the proxy builds it for sim.readahead."""
     from mlfs.backends.sim_readahead import SimReadahead
+    from mlfs.core.mount.exchange import Exchange
 
     from ..config import load_config
-    from ..core.exchange import Exchange
 
     with tempfile.TemporaryDirectory(prefix="mlfs-bench-schema-") as scratch:
         exchange = Exchange(load_config(None), Path(scratch), [SimReadahead()])

@@ -20,9 +20,9 @@ def ingest_run(ticks: int, seed: int, directory: Path) -> tuple[float, list[dict
     import pyarrow as pa
 
     from mlfs.backends.sim_readahead import SimReadahead
+    from mlfs.core.mount.exchange import Exchange
 
     from ..config import load_config
-    from ..core.exchange import Exchange
 
     exchange = Exchange(load_config(None), directory, [SimReadahead(seed=seed)])
     try:

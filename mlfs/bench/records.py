@@ -41,8 +41,8 @@ def source_batches(rows: int, batch: int, seed: int = 0) -> tuple[list[Any], dic
 
 def store_seconds(batches: list[Any], fields: dict[str, str], directory: Path) -> float:
     """Seconds for the batches to go through a record store into one sealed portion."""
-    from ..core.portion import StorePolicy
-    from ..core.records import RecordStore, to_table
+    from mlfs.base.portion import StorePolicy
+    from mlfs.core.storage.records import RecordStore, to_table
 
     rows = sum(len(b) for b in batches)
     policy = StorePolicy(seal_rows=rows + 1, max_waiting_rows=rows + 1)
@@ -61,8 +61,8 @@ def pyarrow_seconds(batches: list[Any], fields: dict[str, str], path: Path) -> f
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from ..core.portion import PORTION_COMPRESSION
-    from ..core.records import RECORD_ROW_GROUP_ROWS
+    from mlfs.base.portion import PORTION_COMPRESSION
+    from mlfs.core.storage.records import RECORD_ROW_GROUP_ROWS
 
     started = time.perf_counter()
     table = pa.concat_tables(pa.Table.from_arrays([pa.array(b[name]) for name in fields],

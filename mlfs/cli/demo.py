@@ -1,4 +1,4 @@
-"""`mlfs demo`: the parser; the demos are mlfs.demo and mlfs.fleet.demo (--fleet N)."""
+"""`mlfs demo`: the parser; the demos are mlfs.demos.knob and mlfs.fleet.demo (--fleet N)."""
 
 from __future__ import annotations
 
@@ -28,14 +28,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
         if args.fleet is not None or fleet_only:
             print("mlfs demo: --predict and --fleet are two demos: give one", file=sys.stderr)
             return 2
-        from ..predict_demo import run_predict_demo
+        from mlfs.demos.predictor import run_predict_demo
 
         return run_predict_demo(seconds=args.seconds, seed=args.seed)
     if args.fleet is None:
         if fleet_only:
             print(f"mlfs demo: {', '.join(fleet_only)} needs --fleet N", file=sys.stderr)
             return 2
-        from ..demo import run_demo
+        from mlfs.demos.knob import run_demo
 
         return run_demo(seconds=args.seconds, seed=args.seed, keep=args.keep)
     from ..fleet.demo import MAX_HOSTS, MIN_HOSTS, run_fleet_demo

@@ -112,7 +112,7 @@ def cmd_fleet_report(args: argparse.Namespace) -> int:
 
 
 def cmd_fleet_reports(args: argparse.Namespace) -> int:
-    from ..kernel_reports import fleet_reports, main
+    from mlfs.kmsg.reports import fleet_reports, main
 
     return main(fleet_reports(args.store, args.subsystem), args.format,
                 f"kernel reports of {args.store}")

@@ -19,7 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..core.durable import UnsafePath, write_durably
+from mlfs.base.durable import UnsafePath, write_durably
+
 from .common import command
 
 #: the command the repository's units name, replaced by the real one
@@ -81,7 +82,7 @@ def plan(root: Path, prefix: Path, mlfs: Path) -> list[tuple[Path, bytes, int]]:
 
 
 def install_file(target: Path, content: bytes, mode: int) -> bool:
-    """Install one file the safe way (mlfs.core.durable): missing directories made 0755
+    """Install one file the safe way (mlfs.base.durable): missing directories made 0755
     whatever the umask, the file written whole with `mode`, a link at its name replaced,
     never written through or chmodded (red-team U2: the target of a planted link was
     overwritten and made 0644).  A unit masked by a link to /dev/null is the operator's

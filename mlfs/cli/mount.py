@@ -48,8 +48,9 @@ def raise_read_ahead(mountpoint: Path, kb: int = READ_AHEAD_KB) -> int | None:
 
 
 def cmd_mount(args: argparse.Namespace) -> int:
+    from mlfs.base import statedir
+
     from ..config import check_host, load_config
-    from ..core import statedir
 
     mountpoint = Path(args.mountpoint)
     try:

@@ -17,8 +17,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
     import logging
 
     from mlfs.backends.linux.ledger import restore_state_dir
-
-    from ..core import statedir
+    from mlfs.base import statedir
 
     state_dir = Path(args.state_dir)
     if not state_dir.is_dir():

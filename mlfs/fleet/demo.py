@@ -275,7 +275,7 @@ def run_fleet_demo(hosts: int, host_ticks: int = 2000, ticks: int = 2000,
     """`mlfs demo --fleet N`: N hosts (seeds seed+101 ...) learn alone and are pushed,
     one fleet training round, then the newcomer (seed `seed`) from the fleet policy
     beside a host learning alone on the same seed; prints the comparison."""
-    from mlfs.demo import _keep_problem
+    from mlfs.demos.knob import _keep_problem
 
     if keep is not None:
         problem = _keep_problem(keep)

@@ -33,8 +33,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from mlfs.core.portion import PORTION_SUFFIX, portion_name
-from mlfs.core.shipped import source_key
+from mlfs.base.portion import PORTION_SUFFIX, portion_name
+from mlfs.base.shipped import source_key
 
 KINDS = ("dataset", "records", "feedback", "recommendations")
 #: kinds kept per subsystem (their portions live under <subsystem>/<kind>/ in the mount)

@@ -35,9 +35,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlfs.core.durable import write_durably
-from mlfs.core.errors import Refused
-from mlfs.core.verifier import MAX_POLICY_BYTES, verify
+from mlfs.base.durable import write_durably
+from mlfs.base.errors import Refused
+from mlfs.base.verifier import MAX_POLICY_BYTES, verify
 
 from .layout import POLICIES, policy_path, policy_version
 from .signing import MAX_SIGNATURE_FILE_BYTES, BadSignature, check_policy, load_trusted

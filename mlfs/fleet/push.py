@@ -12,7 +12,7 @@ Exactly once, in three parts:
 * on a directory store an object is written under a hidden, unpredictable
   temporary name (`.<name>.<random>.tmp`, which DuckDB's `*.parquet` globs and
   pyarrow's dataset discovery both skip), fsynced and renamed
-  (mlfs/core/durable.py): a reader never sees half a portion; on an object
+  (mlfs/base/durable.py): a reader never sees half a portion; on an object
   store (S3) a PUT is whole by itself;
 * the cursor, the last shipped portion number of each source, is written
   durably (`write_durably`) to `<state dir>/fleet/push-<store key>.json`
@@ -48,9 +48,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mlfs.core.durable import UnsafePath, read_bounded, write_durably
-from mlfs.core.shipped import cursor_path
-from mlfs.core.statedir import FORMAT_FILE
+from mlfs.base.durable import UnsafePath, read_bounded, write_durably
+from mlfs.base.shipped import cursor_path
+from mlfs.base.statedir import FORMAT_FILE
 
 from .layout import (
     HOST_COLUMNS,
@@ -169,7 +169,7 @@ def shipped_table(table: pa.Table, host: dict[str, str], private: bool) -> pa.Ta
 def private_rows(table: pa.Table) -> pa.Table:
     """`table` with its text columns masked (`kernel_log.private_masked`, an allow-list):
     only the kernel's own words, symbols and typed placeholders leave the host."""
-    from mlfs.kernel_log import private_masked
+    from mlfs.kmsg.log import private_masked
 
     for name in PRIVATE_COLUMNS:
         if name in table.column_names:
@@ -238,7 +238,7 @@ class Pusher:
         self.cursor = Cursor.load(path, url)
         if not path.exists():
             # at once, before anything ships: the daemon holds unshipped portions
-            # back from retention only for a pusher it can see (mlfs/core/shipped.py)
+            # back from retention only for a pusher it can see (mlfs/base/shipped.py)
             self.cursor.save()
         self.metrics_file = metrics_file or path.with_suffix(".prom")
         self.host = host_columns(self.mountpoint)

@@ -44,7 +44,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlfs.core.durable import write_durably
+from mlfs.base.durable import write_durably
 
 SIGNATURE_BYTES = 64
 FORMAT = 2

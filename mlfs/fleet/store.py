@@ -6,7 +6,7 @@ ever holds a file system object.  Three implementations, chosen by the URL's
 scheme in `STORES` (a plain path is a directory):
 
 * `DirectoryStore` (`file://` or a path): a shared or local directory.  Writes
-  go through `mlfs.core.durable.write_durably` (an unpredictable temporary name,
+  go through `mlfs.base.durable.write_durably` (an unpredictable temporary name,
   `O_EXCL|O_NOFOLLOW`, rename, fsync, every component below the root walked
   without following links), so a store writer can never make a pusher or a
   trainer (root) write outside the store (red-team F11).  Objects appear whole,
@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import BinaryIO, ClassVar
 from urllib.parse import urlsplit
 
-from mlfs.core.durable import (
+from mlfs.base.durable import (
     NotRegular,
     TooLarge,
     UnsafePath,

@@ -50,7 +50,7 @@ import pandas as pd
 import pyarrow as pa
 
 from mlfs import __version__
-from mlfs.core.verifier import verify
+from mlfs.base.verifier import verify
 from mlfs.trainers.learner import KnobLearner
 
 from .layout import (

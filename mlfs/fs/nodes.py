@@ -15,11 +15,11 @@ import json
 import stat
 from collections.abc import Awaitable, Callable, Mapping
 
-from ..core.control import Control
-from ..core.hostid import host_id
-from ..core.portion import Portion
-from ..core.proxy import ModelProxy
-from ..core.runtime import SubsystemRuntime
+from mlfs.base.hostid import host_id
+from mlfs.base.portion import Portion
+from mlfs.core.models.proxy import ModelProxy
+from mlfs.core.mount.control import Control
+from mlfs.core.mount.runtime import SubsystemRuntime
 
 ReadFn = Callable[[], "str | bytes"]
 #: a write's call into the core (`Control`): a coroutine, or done when it returns

@@ -1,7 +1,7 @@
 """pyfuse3 Operations: translate FUSE requests to the node tree and the core.
 
 Handlers are thin: reads come from the tree's read-only views, and every write
-(a file's content, mkdir, rmdir) is one call into `mlfs.core.control`, whose
+(a file's content, mkdir, rmdir) is one call into `mlfs.core.mount.control`, whose
 `Refused` becomes the writer's errno.  Every handler goes through `_guard`, so
 an unexpected exception is logged and answered with EIO instead of ending
 `pyfuse3.main` for the whole mount (docs/fuse-notes.md: traps).
@@ -23,10 +23,11 @@ from dataclasses import dataclass, field
 import pyfuse3
 import trio
 
-from ..core.control import Control
-from ..core.errors import Refused
-from ..core.events import Subscriber
-from ..core.histogram import Histogram
+from mlfs.base.errors import Refused
+from mlfs.core.mount.control import Control
+from mlfs.core.mount.events import Subscriber
+from mlfs.core.mount.histogram import Histogram
+
 from .nodes import (
     Attr,
     Dir,

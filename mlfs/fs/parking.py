@@ -43,9 +43,9 @@ import time
 
 import trio
 
-from ..core.errors import Refused
-from ..core.events import Subscriber
-from ..core.readers import ROOT_UID, ReaderAccounts
+from mlfs.base.errors import Refused
+from mlfs.core.mount.events import Subscriber
+from mlfs.core.mount.readers import ROOT_UID, ReaderAccounts
 
 log = logging.getLogger("mlfs.fs")
 
@@ -138,7 +138,7 @@ class Parking:
     async def wait(self, sub: Subscriber, pid: int, uid: int) -> None:
         """Return when `sub` has something to read, or at shutdown.
 
-        Refused(EAGAIN) when `uid` may not wait now (core/readers.py);
+        Refused(EAGAIN) when `uid` may not wait now (core/mount/readers.py);
         Refused(EINTR) when the opener `pid` got a signal or exited.
         """
         self.accounts.start_wait(uid)

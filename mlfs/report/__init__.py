@@ -9,7 +9,7 @@ external files), so it can be mailed, attached to a ticket or opened offline:
   the tick (`ml` or `default`), with the model's mode changes as vertical
   markers and its modes as background bands;
 - efficiency over time: the window efficiency replayed from the dataset
-  through `mlfs.core.efficiency` (each ML tick against the default ticks
+  through `mlfs.core.models.efficiency` (each ML tick against the default ticks
   around it, over the last WINDOW_TICKS ticks of the default configuration:
   the rule and the number of the model's `efficiency` file) and the per-tick
   `efficiency` of the feedback rows as dots, on a log scale;
@@ -32,7 +32,7 @@ agrees with `mlfs status`; when the seal is refused (no write access to
 reported as it is.
 
 Layout: `data` turns rows into a `Run` (the figures, efficiency through
-`mlfs.core.efficiency`); `html` and `png` only draw a `Run`; this module
+`mlfs.core.models.efficiency`); `html` and `png` only draw a `Run`; this module
 is the command.
 """
 

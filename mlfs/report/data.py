@@ -4,7 +4,7 @@ Everything is read from the mount (or its state directory) as a client
 would: the subsystem's `info`, its dataset portions, the model's feedback
 portions.  `collect` turns them into a `Run`: the rows shown, the model's
 mode changes and bands, and the window efficiency replayed through
-`mlfs.core.efficiency` (the one definition, so the line ends on the
+`mlfs.core.models.efficiency` (the one definition, so the line ends on the
 model's `efficiency` file).  Rendering (`html`, `png`) only draws a `Run`.
 """
 
@@ -16,10 +16,11 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mlfs.core.models.efficiency import replay
+
 from ..abi import knob_column
 from ..client import list_portions, read_portion
 from ..config import ModeConfig
-from ..core.efficiency import replay
 
 WINDOW_TICKS = ModeConfig.window_ticks  # [modes] of the default configuration
 UNSTABLE_RATIO = ModeConfig.unstable_baseline_ratio
@@ -94,7 +95,7 @@ def window_efficiency(rows: list[dict], model: str | None, goal: str,
                       knobs: dict | None = None) -> list[tuple[int, float]]:
     """(tick, efficiency) at each of `model`'s default rows: the `efficiency` file's value.
 
-    The rows are replayed through `mlfs.core.efficiency`, the one definition
+    The rows are replayed through `mlfs.core.models.efficiency`, the one definition
     the daemon uses, so the line ends where the model's `efficiency` file
     reads (see `replay` for what a dataset cannot show: a daemon restart, a
     collapse cool-down).  `knobs` is `info`'s: their `settle_ticks` leave

@@ -20,7 +20,7 @@ for the phase the next tick runs in, recommended at each phase change).
 ticks) and `--learning-share` raises the ML share in learning (default
 0.1), to reproduce the writeback experiment's training (share 0.8, k = 5,
 phases of 15 s): several ML episodes between two default episodes, phases
-shorter than that gap (mlfs/core/efficiency.py, "Phases shorter than the
+shorter than that gap (mlfs/core/models/efficiency.py, "Phases shorter than the
 gap").
 
     .venv/bin/python -m tests.bench.efficiency_carryover [--ticks 4000] [--seeds 1 2]
@@ -42,7 +42,7 @@ from pathlib import Path
 from mlfs.backends.sim_readahead import SimReadahead
 
 from mlfs.config import parse_config
-from mlfs.core.exchange import Exchange
+from mlfs.core.mount.exchange import Exchange
 
 DEFAULT_KB = 128
 POLICIES = ("static 512", "oracle")

@@ -628,7 +628,7 @@ def replay_judged(rows: list[dict], model: str, goal: str, settle: dict[str, int
     """The daemon's window (`ModeConfig().window_ticks`) over `rows` in tick order, by
     `efficiency.replay`: its last statistics (None without a default tick)."""
     from mlfs.config import ModeConfig
-    from mlfs.core.efficiency import replay
+    from mlfs.core.models.efficiency import replay
 
     history = replay(sorted(rows, key=lambda r: r["tick"]), model, goal,
                      ModeConfig().window_ticks, settle=settle, on_pair=on_pair)

@@ -53,7 +53,7 @@ import pyarrow.parquet as pq
 from mlfs.backends.sim_readahead import SimReadahead
 
 from mlfs.config import load_config
-from mlfs.core.exchange import Exchange
+from mlfs.core.mount.exchange import Exchange
 from mlfs.fleet.layout import Source, info_path
 from mlfs.fleet.pull import fetch
 from mlfs.fleet.push import with_host_columns

@@ -37,7 +37,7 @@ from mlfs.backends.sim_readahead import RA_GRID, SimReadahead
 
 from mlfs import __version__
 from mlfs.config import load_config
-from mlfs.core.exchange import Exchange
+from mlfs.core.mount.exchange import Exchange
 from mlfs.fleet.layout import HOST_COLUMNS, Source, info_path
 from mlfs.fleet.train import train
 from tests.bench.fleet import build

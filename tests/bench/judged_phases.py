@@ -10,7 +10,7 @@ are split by the phase of their tick (from the model's own feature): per
 phase, their sum of observed over their sum of baselines against the
 interleaved result of that phase, and the interleaved result weighted as
 those pairs.  The estimate itself (balanced with the reverse pairs, see
-mlfs/core/efficiency.py) weighs the workload's levels by their defaults'
+mlfs/core/models/efficiency.py) weighs the workload's levels by their defaults'
 sums, which is what the equal-time ratio of the runs does.
 """
 
@@ -23,7 +23,7 @@ from pathlib import Path
 from mlfs.backends.linux.vm import SPECS as VM_SPECS
 
 from mlfs.abi import knob_column
-from mlfs.core.efficiency import Pair
+from mlfs.core.models.efficiency import Pair
 
 from .fio_win import MODEL_FEATURES, WIN_KNOBS, replay_judged
 

@@ -1,6 +1,6 @@
 """The learning loop in virtual time: ML vs default vs best static vs oracle.
 
-Drives the real proxy (`mlfs.core.exchange`) on `sim.readahead` without a
+Drives the real proxy (`mlfs.core.mount.exchange`) on `sim.readahead` without a
 mount, with the trainer's learner (`trainers.learner`) fed exactly what the
 mount would give it: sealed dataset portions, sealed feedback portions, and
 policy uploads / exploration recommendations through the proxy's own entry
@@ -34,7 +34,7 @@ from mlfs.trainers.learner import ROLLED_OUT_MODES, KnobLearner
 from mlfs.trainers.schedule import TrainerSchedule
 
 from mlfs.config import load_config
-from mlfs.core.exchange import Exchange
+from mlfs.core.mount.exchange import Exchange
 from tests.bench.provenance import measured_commit
 
 

@@ -23,8 +23,8 @@ import sys
 import lightgbm as lgb
 import numpy as np
 from mlfs.abi import Knob
-from mlfs.core import policy as P
-from mlfs.core.errors import Refused
+from mlfs.core.models import policy as P
+from mlfs.base.errors import Refused
 COLUMNS = ["sequential_ratio", "mem_pressure", "knob_read_ahead_kb"]
 def three_node(split_feature, right_child):
     return ("tree\nversion=v4\nnum_class=1\nnum_tree_per_iteration=1\nlabel_index=0\n"
@@ -59,7 +59,7 @@ except Refused as exc:
 DECIDE = r'''
 import time
 from mlfs.abi import Knob
-from mlfs.core.policy import Policy
+from mlfs.core.models.policy import Policy
 from tests.harness import FEATURES, INFO, make_dataset
 from mlfs.trainers.learner import KnobLearner
 learner = KnobLearner(INFO)

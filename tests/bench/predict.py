@@ -3,7 +3,7 @@
     python -m tests.bench.predict [--drives 10000] [--days 365] [--json out.json]
 
 Three predictors are trained on the drive-days of training seeds and judged on seeds they
-never saw, with the one scoring rule (`mlfs.core.outcomes.score`):
+never saw, with the one scoring rule (`mlfs.base.outcomes.score`):
 
 - **learned**: what `mlfs train` fits (`mlfs.trainers.predictor.fit_predictor`: its window
   features, negatives down-sampled to NEGATIVES_PER_POSITIVE a positive, calibrated,
@@ -45,7 +45,7 @@ from mlfs.backends.sim_disks import (
 from mlfs.trainers.predictor import EventLearner, calibration, fit_predictor, label_rows
 
 from mlfs.abi import window_features
-from mlfs.core.outcomes import (
+from mlfs.base.outcomes import (
     event_ticks_mask,
     next_event_ticks,
     positive_ticks,

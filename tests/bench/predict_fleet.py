@@ -16,7 +16,7 @@ predictor from them.  Then new hosts (seeds 0-4, never seen) start, each a year 
   at every refit by the host's own (`trainers.predictor.challenge`, log loss on the
   host's newest rows) and dropped for the host's own model once that wins.
 
-Both are scored with the one rule (`mlfs.core.outcomes`) against SMART's threshold trip on
+Both are scored with the one rule (`mlfs.base.outcomes`) against SMART's threshold trip on
 the same drive-days, over the first 90 days and over the year: recall, false alarms per
 drive-day, and the proxy's efficiency (the rule's cost over the model's, a missed failure
 costing 100 false alarms: sim.disks' target).
@@ -38,8 +38,8 @@ from mlfs.backends.sim_disks import RECORDS, SimDisks, smart_threshold_rule
 from mlfs.trainers.predictor import challenge, fit_predictor
 
 from mlfs.abi import window_features
-from mlfs.core.outcomes import efficiency
-from mlfs.core.predictor_proxy import ALERT_THRESHOLD, PredictionPolicy
+from mlfs.base.outcomes import efficiency
+from mlfs.core.models.predictor_proxy import ALERT_THRESHOLD, PredictionPolicy
 from tests.bench.predict import FEATURES, HORIZON, evaluate, judged_rows, simulate, subset
 
 FLEET_SEEDS_FROM = 2000

@@ -6,7 +6,7 @@ bad fleet policy always picks read_ahead_kb=32: the best value on B (325 MiB/s
 against the default 128's 240) and a third of the default on A (325 against
 960).  Each host pulls it with `mlfs train --fleet`; both start in collaboration
 with automatic switching, and each host's own proxy measures it: on A the safe set
-(mlfs/core/safe_set.py) never lets it run 32 KiB, in any mode (the step on the way,
+(mlfs/core/models/safe_set.py) never lets it run 32 KiB, in any mode (the step on the way,
 64 KiB, loses there), so it runs the default (a loss it did run may demote it); B
 promotes it to recommendation.
 """

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from mlfs.core.verifier import verify
+from mlfs.base.verifier import verify
 from tests.dask_cluster import dask_cluster, free_port
 from tests.harness import (
     REPO,
@@ -107,8 +107,8 @@ def stage_lines(stderr: str) -> list[str]:
 
 def test_a_fleet_predictor_is_trained_on_real_workers_calibrated_and_says_its_stages(
         disks_store, tmp_path):
-    from mlfs.core.predictor_proxy import PredictionPolicy
-    from mlfs.core.verifier import gives_probability
+    from mlfs.base.verifier import gives_probability
+    from mlfs.core.models.predictor_proxy import PredictionPolicy
 
     store, info = disks_store
     with dask_cluster(tmp_path) as address:

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from mlfs.trainers.learner import KnobLearner
 
+from mlfs.base.verifier import verify
 from mlfs.client import end_process
-from mlfs.core.verifier import verify
 from mlfs.fleet.demo import demo_key
 from tests.dask_cluster import (
     cluster_env,

@@ -465,9 +465,9 @@ def test_a_name_the_state_directory_or_the_root_uses_is_refused_everywhere(mount
 def test_the_reserved_table_names_every_owners_entry():
     from mlfs.backends.linux.ledger import LEDGER_DIR
 
-    from mlfs.core import statedir
-    from mlfs.core.hostid import HOST_FILE
-    from mlfs.core.shipped import FLEET_DIR
+    from mlfs.base import statedir
+    from mlfs.base.hostid import HOST_FILE
+    from mlfs.base.shipped import FLEET_DIR
 
     owners = {statedir.FORMAT_FILE, statedir.LOADED_FILE, statedir.PID_FILE,
               statedir.EMERGENCY_PIN_FILE, HOST_FILE, FLEET_DIR, LEDGER_DIR}

@@ -460,7 +460,7 @@ def wait_ml_ticks(mount, model: str, more: int) -> None:
 
 def test_report_shows_the_efficiency_files_number_for_the_same_rows(observed, models,
                                                                     tmp_path):
-    """One definition (mlfs/core/efficiency.py): the report replays the rows the daemon saw."""
+    """One definition (mlfs/core/models/efficiency.py): the report replays the rows it saw."""
     mount, _ = observed
     model = models("same")
     # the ML share changes (10 % -> 50 %) while the workload's phases change: where a mean

@@ -305,11 +305,11 @@ def test_an_upload_whose_writer_runs_a_child_mid_way_is_installed_whole(
 
 
 def checking(daemon: int) -> bool:
-    """Whether the daemon runs a policy check process (`python -m mlfs.core.policy`) now."""
+    """Whether the daemon runs a policy check process (`python -m mlfs.core.models.policy`) now."""
     for task in Path(f"/proc/{daemon}/task").iterdir():
         for child in (task / "children").read_text().split():
             try:
-                if b"mlfs.core.policy" in Path(f"/proc/{child}/cmdline").read_bytes():
+                if b"mlfs.core.models.policy" in Path(f"/proc/{child}/cmdline").read_bytes():
                     return True
             except OSError:
                 continue  # ended meanwhile

@@ -122,10 +122,10 @@ def test_mlfs_train_learns_a_predictor_and_uploads_a_calibrated_policy(disks):
 
 def _silence_for_this_machine(policy_text: str) -> float:
     """A silence timeout the keep-alive can meet here: the proxy hears a trainer when an
-    upload's check (`python -m mlfs.core.policy`, a new interpreter importing LightGBM)
+    upload's check (`python -m mlfs.core.models.policy`, a new interpreter importing LightGBM)
     ends, which took 0.3 s on a quiet machine and 5-15 s at load 14.  Twice the slowest
     of two checks timed now, four times over, on top of the 1 s keep-alive."""
-    from mlfs.core.policy import check_in_subprocess
+    from mlfs.core.models.policy import check_in_subprocess
 
     slowest = 0.0
     for _ in range(2):

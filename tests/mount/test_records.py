@@ -10,8 +10,8 @@ import signal
 import duckdb
 import pyarrow.dataset as ds
 
-from mlfs.core.arrow_wal import read_wal
-from mlfs.core.records import record_schema
+from mlfs.core.storage.arrow_wal import read_wal
+from mlfs.core.storage.records import record_schema
 from tests.harness import Mount, sh, wait_for
 
 DISKS_CONFIG = """

@@ -130,7 +130,7 @@ def test_damaged_tick_mark_pid_file_and_ledger_entry_do_not_stop_a_mount(mount_r
         assert ("original still readable: swappiness=60 (/proc/sys/vm/swappiness)" in log)
         assert "'/etc/passwd' is not a file under /sys/ or /proc/sys/" in log
         # a damaged mark skips a whole reserve: no tick number is ever reused
-        from mlfs.core.runtime import TICK_RESERVE
+        from mlfs.core.mount.runtime import TICK_RESERVE
 
         assert write_errno(m.sub / "control", b"prepare_dataset\n") == 0
         new_ticks = [r["tick"] for r in read_rows(m.sub / "dataset") if r["tick"] > last_tick]

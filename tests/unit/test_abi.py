@@ -7,7 +7,7 @@ from mlfs.backends.linux.vm import LinuxVM
 from mlfs.backends.sim_readahead import SimReadahead
 
 import mlfs.abi as abi
-import mlfs.core.policy as policy
+import mlfs.core.models.policy as policy
 
 KNOBS = [
     abi.Knob("read_ahead_kb", "int", default=128, min=0, max=4096, unit="KiB"),

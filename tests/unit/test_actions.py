@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from mlfs.core import actions
-from mlfs.core.actions import ActionRunner
+from mlfs.core.mount import actions
+from mlfs.core.mount.actions import ActionRunner
 from tests.harness import wait_for
 
 

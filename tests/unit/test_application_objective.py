@@ -14,9 +14,9 @@ import pytest
 from mlfs.backends import create_subsystems
 
 from mlfs.abi import SettingError, split_core_settings
+from mlfs.base.errors import Refused
 from mlfs.config import parse_config
-from mlfs.core.errors import Refused
-from mlfs.core.exchange import Exchange
+from mlfs.core.mount.exchange import Exchange
 
 TICK = 0.5
 

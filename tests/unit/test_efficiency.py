@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from mlfs.core.efficiency import EfficiencyWindow, replay
+from mlfs.core.models.efficiency import EfficiencyWindow, replay
 
 
 def interleave(window: EfficiencyWindow, defaults: list[float], mls: list[float],
@@ -221,7 +221,7 @@ def test_a_policy_as_good_as_the_default_is_seldom_called_better_or_worse_on_pro
     what it was, and `mlfs demo` demoted a policy 1.3 % better than the default (0.952,
     upper end 0.996 over 8 episodes).  Over 600 such stretches the anytime interval
     leaves out 1 no more often than its error rate allows: 2 of 600 (35 before)."""
-    from mlfs.core.modes import efficiency_interval
+    from mlfs.core.models.modes import efficiency_interval
 
     decided = 0
     for seed in range(600):

@@ -18,11 +18,11 @@ from mlfs.backends import check_entry
 
 from mlfs.abi import Knob, Objective, Sample, SettingError, Settling, Subsystem, subsystem_problems
 from mlfs.config import parse_config
-from mlfs.core.efficiency import EfficiencyWindow, replay
-from mlfs.core.episodes import Hold, Interleaving, Sandwich, episode_ticks, pair_span
-from mlfs.core.exchange import Exchange
-from mlfs.core.proxy import ModelProxy
-from mlfs.core.runtime import SubsystemRuntime
+from mlfs.core.models.efficiency import EfficiencyWindow, replay
+from mlfs.core.models.episodes import Hold, Interleaving, Sandwich, episode_ticks, pair_span
+from mlfs.core.models.proxy import ModelProxy
+from mlfs.core.mount.exchange import Exchange
+from mlfs.core.mount.runtime import SubsystemRuntime
 
 GAIN = 1.2  # the knob away from its default is 20 % better: the true efficiency
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 
-from mlfs.core.events import EventBus
+from mlfs.core.mount.events import EventBus
 
 RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z$")
 

@@ -29,7 +29,7 @@ def test_the_learning_bench_reaches_the_oracles_floor_and_never_ends_below_the_d
 
 def test_a_model_promoted_before_a_phase_it_never_saw_is_not_demoted_in_it():
     """Seeds 3 and 13 promote the model before the strided phase first runs; until the
-    safe set (mlfs/core/safe_set.py) its policy chose 512-1,024 KiB there, x0.3 of the
+    safe set (mlfs/core/models/safe_set.py) its policy chose 512-1,024 KiB there, x0.3 of the
     default, and collaboration's test demoted it sixty ticks later (docs/results/learning-34.md)."""
     for seed in (3, 13):
         result = run_seed(seed, 2000)

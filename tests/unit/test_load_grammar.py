@@ -6,8 +6,8 @@ import errno
 
 import pytest
 
-from mlfs.core.errors import Refused
-from mlfs.core.loading import (
+from mlfs.base.errors import Refused
+from mlfs.core.mount.loading import (
     Load,
     Remembered,
     Unload,
@@ -57,8 +57,8 @@ def test_the_remembered_loads_round_trip_and_a_damaged_file_is_set_aside(tmp_pat
 def test_a_deeply_nested_value_is_refused_with_a_reason_not_a_recursion_error():
     """Red-team pass 2: ~700 levels in a 4 KiB `load` line made tomllib raise
     RecursionError: EIO and no line in the root `errors`."""
-    from mlfs.core.errors import Refused
-    from mlfs.core.loading import MAX_NESTING, parse_command
+    from mlfs.base.errors import Refused
+    from mlfs.core.mount.loading import MAX_NESTING, parse_command
 
     for deep in ("[" * 700 + "]" * 700, "{a=" * 300 + "1" + "}" * 300):
         with pytest.raises(Refused) as info:

@@ -15,11 +15,11 @@ import math
 import random
 
 from mlfs.abi import Knob, Objective, Sample, Subsystem
+from mlfs.base.sequential import MIN_EPISODES, boundary
 from mlfs.config import parse_config
-from mlfs.core.efficiency import EfficiencyStats
-from mlfs.core.exchange import Exchange
-from mlfs.core.modes import efficiency_interval, transition
-from mlfs.sequential import MIN_EPISODES, boundary
+from mlfs.core.models.efficiency import EfficiencyStats
+from mlfs.core.models.modes import efficiency_interval, transition
+from mlfs.core.mount.exchange import Exchange
 
 MODES = parse_config("", "defaults").modes
 

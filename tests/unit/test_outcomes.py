@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 
-from mlfs.core.outcomes import Score, efficiency, score, threshold_at_false_alarm_rate
+from mlfs.base.outcomes import Score, efficiency, score, threshold_at_false_alarm_rate
 
 
 def _rows():

@@ -17,8 +17,8 @@ import pytest
 from mlfs.backends.sim_readahead import SimReadahead
 
 from mlfs.config import parse_config
-from mlfs.core import policy as policy_module
-from mlfs.core.exchange import Exchange
+from mlfs.core.models import policy as policy_module
+from mlfs.core.mount.exchange import Exchange
 from tests.harness import fix_sizes
 
 CONFIG = """
@@ -207,7 +207,7 @@ def test_a_keep_alive_upload_of_the_policy_in_force_is_not_checked_again(tmp_pat
             checks.append(data)
             return real(data)
 
-        monkeypatch.setattr("mlfs.core.installed_policy.check_in_subprocess", counted)
+        monkeypatch.setattr("mlfs.core.models.installed_policy.check_in_subprocess", counted)
         assert proxy.check_policy(text) is proxy.policy
         assert checks == []
         other = sim_policy(rounds=6)

@@ -4,7 +4,7 @@ import lightgbm as lgb
 import numpy as np
 from mlfs.trainers.predictor import EventLearner, label_rows
 
-from mlfs.core.verifier import gives_probability, verify
+from mlfs.base.verifier import gives_probability, verify
 
 
 def _data(n=60_000, seed=0):
@@ -47,7 +47,7 @@ def test_the_trainers_fit_names_window_features_the_proxy_computes_the_same_way(
     from mlfs.trainers.predictor import fit_predictor
 
     from mlfs.abi import WindowState
-    from mlfs.core.predictor_proxy import PredictionPolicy
+    from mlfs.core.models.predictor_proxy import PredictionPolicy
 
     pop = DrivePopulation(drives=2000, seed=3)
     days = [pop.day() for _ in range(240)]

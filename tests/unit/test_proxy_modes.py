@@ -14,12 +14,12 @@ import pytest
 
 from mlfs.abi import Knob, Objective, Sample, Subsystem
 from mlfs.config import parse_config
-from mlfs.core.efficiency import EfficiencyStats
-from mlfs.core.events import EventBus
-from mlfs.core.exchange import Exchange
-from mlfs.core.modes import ModeMachine
-from mlfs.core.proxy import ModelProxy
-from mlfs.core.runtime import SubsystemRuntime
+from mlfs.core.models.efficiency import EfficiencyStats
+from mlfs.core.models.modes import ModeMachine
+from mlfs.core.models.proxy import ModelProxy
+from mlfs.core.mount.events import EventBus
+from mlfs.core.mount.exchange import Exchange
+from mlfs.core.mount.runtime import SubsystemRuntime
 
 MODES = parse_config("", "defaults").modes  # the shipped thresholds, nothing tuned here
 
@@ -221,7 +221,7 @@ def test_each_switch_starts_the_evidence_again_and_the_report_replays_it(world):
     """Collaboration and recommendation decide on everything since the switch into
     them (a growing sample: the confidence sequence stays valid however often it is
     read); `efficiency.replay` with `evidence` reads the dataset the same way."""
-    from mlfs.core.efficiency import replay
+    from mlfs.core.models.efficiency import replay
 
     rt, sub, _ = world
     sub.gain = 1.2

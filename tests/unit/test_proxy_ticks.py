@@ -13,11 +13,11 @@ import pyarrow as pa
 import pytest
 from mlfs.backends.sim_readahead import SimReadahead
 
+from mlfs.base.errors import Refused
 from mlfs.config import parse_config
-from mlfs.core.errors import Refused
-from mlfs.core.exchange import Exchange
-from mlfs.core.proxy import ModelProxy
-from mlfs.core.runtime import SubsystemRuntime
+from mlfs.core.models.proxy import ModelProxy
+from mlfs.core.mount.exchange import Exchange
+from mlfs.core.mount.runtime import SubsystemRuntime
 
 CONFIG = """
 [modes]

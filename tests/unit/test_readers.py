@@ -1,4 +1,4 @@
-"""The limits on events readers (core/readers.py) and their [mount] settings."""
+"""The limits on events readers (core/mount/readers.py) and their [mount] settings."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import errno
 
 import pytest
 
+from mlfs.base.errors import Refused
 from mlfs.config import MountConfig, parse_config
-from mlfs.core.errors import Refused
-from mlfs.core.readers import FREE_TASKS, ReaderAccounts
+from mlfs.core.mount.readers import FREE_TASKS, ReaderAccounts
 
 LIMITS = MountConfig(max_tasks=64, events_streams_per_uid=3, events_streams=5,
                      events_blocked_reads_per_uid=2, events_blocked_reads=3,

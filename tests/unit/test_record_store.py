@@ -6,9 +6,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from mlfs.core.arrow_wal import read_wal
-from mlfs.core.portion import StorePolicy
-from mlfs.core.records import RecordsRefused, RecordStore, record_schema, to_table
+from mlfs.base.portion import StorePolicy
+from mlfs.core.storage.arrow_wal import read_wal
+from mlfs.core.storage.records import RecordsRefused, RecordStore, record_schema, to_table
 
 FIELDS = {"device": "string", "sector": "uint64", "latency_us": "float64", "ok": "bool"}
 
@@ -95,7 +95,7 @@ def test_a_batch_that_does_not_match_the_declared_fields_is_refused_whole(tmp_pa
 
 
 def test_a_full_store_refuses_a_batch_and_changes_nothing(tmp_path):
-    from mlfs.core.portion import StoreError
+    from mlfs.base.portion import StoreError
 
     store = _store(tmp_path, max_waiting_rows=100)
     store.append_table(to_table(_batch(100), FIELDS), tick=1)
@@ -122,7 +122,7 @@ def test_a_flush_that_fails_midway_keeps_whole_batches_and_the_retry_completes_t
     import errno
     import os
 
-    from mlfs.core import arrow_wal
+    from mlfs.core.storage import arrow_wal
 
     store = _store(tmp_path)
     store.append_table(to_table(_batch(100), FIELDS), tick=1)
@@ -158,7 +158,7 @@ def test_a_tear_that_cannot_be_cut_off_closes_that_file_and_nothing_is_lost(
     import errno
     import os
 
-    from mlfs.core import arrow_wal
+    from mlfs.core.storage import arrow_wal
 
     store = _store(tmp_path)
     store.append_table(to_table(_batch(100), FIELDS), tick=1)

@@ -14,8 +14,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from mlfs.core.portion import StorePolicy
-from mlfs.core.records import RecordStore, record_schema, to_table
+from mlfs.base.portion import StorePolicy
+from mlfs.core.storage.records import RecordStore, record_schema, to_table
 
 FIELDS = {"sector": "uint64"}
 BATCHES, ROWS = 10, 10
@@ -238,7 +238,7 @@ def test_a_damaged_ack_mark_keeps_the_batches_and_says_the_count_is_a_floor(tmp_
 def test_a_directory_in_a_tick_stores_write_ahead_files_place_is_moved_aside(tmp_path,
                                                                              caplog):
     """The same rule for the JSON-lines write-ahead files of tick stores."""
-    from mlfs.core.store import PortionStore
+    from mlfs.core.storage.store import PortionStore
 
     schema = pa.schema([("tick", pa.int64()), ("value", pa.float64())])
     store = PortionStore(tmp_path, schema, "tick", StorePolicy())

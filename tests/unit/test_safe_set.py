@@ -1,5 +1,5 @@
 """The safe set: a rolled-out policy chooses only settings measured at this workload level,
-or one step from one (mlfs/core/safe_set.py)."""
+or one step from one (mlfs/core/models/safe_set.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import numpy as np
 
 from mlfs.abi import Knob, Objective, Sample, Subsystem, candidate_values, column_name, knob_column
 from mlfs.config import parse_config
-from mlfs.core.exchange import Exchange
-from mlfs.core.safe_set import CLEAR_LOSS, LEVEL_RATIO, MAX_SETTINGS, SAFE_MARGIN, SafeSet
+from mlfs.core.models.safe_set import CLEAR_LOSS, LEVEL_RATIO, MAX_SETTINGS, SAFE_MARGIN, SafeSet
+from mlfs.core.mount.exchange import Exchange
 
 GRID = (0, 1, 2, 4, 8, 16, 32)  # one knob "x", default 4 (index 3)
 CANDIDATES = [{"knob_x": v} for v in GRID]

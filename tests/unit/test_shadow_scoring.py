@@ -5,8 +5,8 @@ import math
 import numpy as np
 from mlfs.backends.sim_disks import DrivePopulation, backblaze_rule, smart_threshold_rule
 
-from mlfs.core.outcomes import score
-from mlfs.core.predictor import PredictorEfficiency, ShadowBook
+from mlfs.base.outcomes import score
+from mlfs.core.models.predictor import PredictorEfficiency, ShadowBook
 
 HORIZON = 30
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mlfs.core import statedir
+from mlfs.base import statedir
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 

@@ -13,9 +13,9 @@ import pytest
 import trio
 from mlfs.backends.sim_readahead import SimReadahead
 
+from mlfs.base.errors import Refused
 from mlfs.config import parse_config
-from mlfs.core.errors import Refused
-from mlfs.core.exchange import Exchange
+from mlfs.core.mount.exchange import Exchange
 
 CONFIG = """
 [modes]

@@ -10,8 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from mlfs.core.portion import StorePolicy, portion_name
-from mlfs.core.store import PortionStore
+from mlfs.base.portion import StorePolicy, portion_name
+from mlfs.core.storage.store import PortionStore
 
 SCHEMA = pa.schema([("tick", pa.int64()), ("value", pa.float64()), ("label", pa.string())])
 
@@ -304,7 +304,7 @@ def test_replay_after_a_failed_seal_loses_nothing_and_duplicates_nothing(tmp_pat
 
 
 def test_a_failed_write_ahead_write_takes_the_row_back_and_reports_the_errno(tmp_path):
-    from mlfs.core.portion import StoreError
+    from mlfs.base.portion import StoreError
 
     store = make_store(tmp_path, durable=True)
     append_ticks(store, [0])
@@ -327,7 +327,7 @@ def test_a_failed_write_ahead_write_takes_the_row_back_and_reports_the_errno(tmp
 
 
 def test_a_full_store_refuses_strict_rows_with_enospc(tmp_path):
-    from mlfs.core.portion import StoreError
+    from mlfs.base.portion import StoreError
 
     store = make_store(tmp_path, max_waiting_rows=3)
     append_ticks(store, range(3))

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from mlfs.core.durable import TooLarge, UnsafePath
+from mlfs.base.durable import TooLarge, UnsafePath
 from mlfs.fleet.store import (
     STORES,
     DirectoryStore,

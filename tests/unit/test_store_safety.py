@@ -17,8 +17,8 @@ import textwrap
 
 import pytest
 
-from mlfs.core.durable import NotRegular, TooLarge, UnsafePath, read_bounded, write_durably
-from mlfs.core.statedir import read_word
+from mlfs.base.durable import NotRegular, TooLarge, UnsafePath, read_bounded, write_durably
+from mlfs.base.statedir import read_word
 from mlfs.fleet.layout import Source, info_path
 from mlfs.fleet.manifest import manifest_path, objects
 from mlfs.fleet.push import HostClash, claim
@@ -121,7 +121,7 @@ def test_a_fifo_as_the_newest_card_is_skipped_not_waited_on(tmp_path):
 def test_a_fifo_in_the_state_directory_is_refused_not_waited_on(tmp_path):
     os.mkfifo(tmp_path / "format")
     done = _run(f"""
-        from mlfs.core.statedir import read_word
+        from mlfs.base.statedir import read_word
         print(read_word({str(tmp_path / 'format')!r}))
         """)
     assert done.returncode == 0, done.stderr

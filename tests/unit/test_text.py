@@ -7,8 +7,8 @@ import errno
 import pytest
 
 from mlfs.abi import NAME, Knob, column_name, knob_column
-from mlfs.core.errors import Refused
-from mlfs.core.text import (
+from mlfs.base.errors import Refused
+from mlfs.base.text import (
     MAX_WRITE,
     decode_text,
     escape_input,

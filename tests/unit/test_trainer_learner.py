@@ -18,7 +18,7 @@ import pytest
 from mlfs.trainers.learner import KnobLearner, candidate_values, knob_column
 
 from mlfs.abi import Knob
-from mlfs.core.policy import Policy
+from mlfs.core.models.policy import Policy
 from tests.harness import (
     COLUMNS,
     FEATURES,

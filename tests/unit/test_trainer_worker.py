@@ -30,8 +30,8 @@ import pyarrow.parquet as pq
 import pytest
 from mlfs.trainers.worker import run_worker
 
-from mlfs.core.errors import Refused
-from mlfs.core.verifier import verify
+from mlfs.base.errors import Refused
+from mlfs.base.verifier import verify
 from tests.harness import (
     COLUMNS,
     GRID,

@@ -14,10 +14,10 @@ import lightgbm as lgb
 import numpy as np
 import pytest
 
-from mlfs.core import policy as policy_module
-from mlfs.core import verifier
-from mlfs.core.errors import Refused
-from mlfs.core.verifier import verify
+from mlfs.base import verifier
+from mlfs.base.errors import Refused
+from mlfs.base.verifier import verify
+from mlfs.core.models import policy as policy_module
 from tests.harness import fix_sizes
 
 NAMES = ["sequential_ratio", "mem_pressure", "knob_read_ahead_kb"]

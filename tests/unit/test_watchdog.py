@@ -8,7 +8,7 @@ from pathlib import Path
 from mlfs.backends.sim_readahead import SimReadahead
 
 from mlfs.config import load_config
-from mlfs.core.exchange import Exchange
+from mlfs.core.mount.exchange import Exchange
 from mlfs.daemon import watchdog_interval, wedged
 
 

@@ -1,0 +1,2 @@
+"""The mount's machinery: the exchange's tick, subsystem runtimes, loading, control
+writes, actions, sealing, readers and metrics."""

@@ -1,0 +1,1 @@
+"""The kernel log: blocks assembled into reports, their titles' words, report files."""
