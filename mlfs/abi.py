@@ -176,7 +176,7 @@ class Settling:
     settling (its value before is unknown).  The one rule for what
     `Knob.settle_ticks` means tick by tick: the proxy leaves these ticks out
     of its efficiency (mlfs/core/models/efficiency.py) and the trainer out of its fit
-    (trainers/learner.py), since both would otherwise credit a setting with
+    (trainers/knob/learner.py), since both would otherwise credit a setting with
     what the previous one left behind.
     """
 

@@ -32,7 +32,7 @@ from mlfs.abi import candidate_values
 from mlfs.client import MountProcess, write_errno  # noqa: F401  (write_errno: for the tests)
 
 if TYPE_CHECKING:
-    from mlfs.trainers.learner import KnobLearner
+    from mlfs.trainers.knob.learner import KnobLearner
 
 REPO = Path(__file__).resolve().parent.parent
 

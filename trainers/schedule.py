@@ -24,8 +24,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-
-from .learner import KnobLearner, candidate_values
+from mlfs.trainers.knob.learner import KnobLearner, candidate_values
 
 LEARNING_TTL = 10  # ticks: one ML tick at the default 10 % learning share
 #: a trainer uploads its policy again after this long without input: the proxy calls a

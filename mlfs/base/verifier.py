@@ -34,7 +34,7 @@ from mlfs.base.errors import invalid
 
 MAX_POLICY_BYTES = 16 << 20
 
-# Bounds.  What trainers/learner.py produces (measured with
+# Bounds.  What trainers/knob/learner.py produces (measured with
 # tests/unit/test_verifier.py::test_every_policy_our_trainer_produces_verifies):
 # 150 trees from a fit, at most 600 after corrections (its `max_trees`), 15
 # leaves per tree (7 for correction trees), so a depth of at most 14, about

@@ -1,6 +1,6 @@
 """`mlfs train`: the one parser of the trainer worker's options, and its process
 (signals, logging, the fleet policy to start from) around
-`mlfs.trainers.worker.run_worker`.
+`mlfs.trainers.knob.worker.run_worker`.
 """
 
 from __future__ import annotations
@@ -127,8 +127,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     logging.getLogger("mlfs.train").debug(
         "training %s for %s/%s (seed %d, --wait %g s, --max-seconds %g)", args.model,
         args.mountpoint, args.subsystem, args.seed, args.wait, args.max_seconds)
+    from mlfs.trainers.knob.worker import BadOptions, run_worker
     from mlfs.trainers.schedule import LEARNING_TTL
-    from mlfs.trainers.worker import BadOptions, run_worker
 
     initial = None
     if args.fleet:

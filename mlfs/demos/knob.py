@@ -109,7 +109,7 @@ def _follow(mountpoint: Path, seconds: float, settle: float) -> list[tuple[str, 
 
 def run_demo(seconds: float = 120.0, seed: int = 0, settle: float = 30.0,
              keep: str | None = None) -> int:
-    from mlfs.trainers.worker import run_worker
+    from mlfs.trainers.knob.worker import run_worker
 
     problem = _keep_problem(keep) if keep is not None else None
     if problem:

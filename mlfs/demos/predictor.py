@@ -42,7 +42,7 @@ tick_seconds = 0.02
 
 
 def run_predict_demo(seconds: float = 120.0, seed: int = 0) -> int:
-    from mlfs.trainers.predictor_worker import run_predictor
+    from mlfs.trainers.predictor.worker import run_predictor
 
     workdir = Path(tempfile.mkdtemp(prefix="mlfs-predict-demo-"))
     mountpoint, state_dir = workdir / "mnt", workdir / "state"

@@ -1,7 +1,7 @@
 """`mlfs fleet train` for a subsystem with targets: one predictor from every host's records.
 
 The local predictor trainer's rules, applied across hosts (each imported from
-`mlfs.trainers.predictor`, none restated): rows labelled by what happened to their entity
+`mlfs.trainers.predictor.learner`, none restated): rows labelled by what happened to their entity
 within the target's horizon, rows too recent to know left out, the window features
 `default_windows` picks, negatives down-sampled to `NEGATIVES_PER_POSITIVE` a positive
 (one rate for the whole fleet, so one correction fits every row), LightGBM's binary
@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mlfs.trainers.predictor import (
+from mlfs.trainers.predictor.learner import (
     MIN_POSITIVES,
     NUM_LEAVES,
     ROUNDS,
@@ -40,7 +40,7 @@ from mlfs.trainers.predictor import (
 )
 
 LABEL, HOST, WEIGHT = "__label", "host_id", "__weight"
-#: record field kinds a predictor reads (trainers/predictor_worker.py reads the same)
+#: record field kinds a predictor reads (trainers/predictor/worker.py reads the same)
 NUMERIC = {"int64", "uint64", "int32", "uint32", "uint16", "uint8", "float64", "bool"}
 #: rows of each host kept to pick the window features from
 SAMPLE_ROWS = 20_000

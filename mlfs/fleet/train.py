@@ -51,7 +51,7 @@ import pyarrow as pa
 
 from mlfs import __version__
 from mlfs.base.verifier import verify
-from mlfs.trainers.learner import KnobLearner
+from mlfs.trainers.knob.learner import KnobLearner
 
 from .layout import (
     INFO,

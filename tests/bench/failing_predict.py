@@ -11,7 +11,7 @@ reads at random offsets, and `linux.health` (backends/linux/health.py) is steppe
 the kernel's own (the loop device's /sys/block stat, the block layer's completion
 errors through the BPF capture, the kernel log's I/O error records).
 
-An `EventLearner` (trainers/predictor.py, what `mlfs train` fits for a predictor) is
+An `EventLearner` (trainers/predictor/learner.py, what `mlfs train` fits for a predictor) is
 trained on the rows of the training schedules, with a few rolling features a trainer
 derives from the rows (errors and latency over the last 5 and 20 ticks), and its
 alerting threshold is the lowest that raised no alert in any training run's healthy
@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 from mlfs.backends.linux.health import LinuxHealth
-from mlfs.trainers.predictor import EventLearner, label_rows
+from mlfs.trainers.predictor.learner import EventLearner, label_rows
 
 from tests.failing_disk import FailingLoop
 

@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow.parquet as pq
 from mlfs.backends.sim_readahead import SimReadahead
 from mlfs.backends.sim_replay import Counterfactuals
-from mlfs.trainers.learner import ROLLED_OUT_MODES, KnobLearner
+from mlfs.trainers.knob.learner import ROLLED_OUT_MODES, KnobLearner
 from mlfs.trainers.schedule import TrainerSchedule
 
 from mlfs.config import load_config
@@ -43,7 +43,7 @@ def run_seed(seed: int, ticks: int, fit_every: int = 200,
              corrections: bool = True) -> dict:
     """One run; `initial_policy` (a fleet policy's text) is adopted and uploaded
     before the first tick, then corrected in level by feedback and challenged at
-    each refit, as `mlfs train --fleet` does (trainers/worker.py: an adopted learner
+    each refit, as `mlfs train --fleet` does (trainers/knob/worker.py: an adopted learner
     never refits until the challenge drops its prior).
     `keep_rows` returns the run's dataset rows too (`rows`, a pyarrow Table), e.g. to
     ship them to a fleet store (tests/bench/fleet_quality.py).  `corrections=False`

@@ -61,7 +61,7 @@ import time
 from mlfs.abi import Knob
 from mlfs.core.models.policy import Policy
 from tests.harness import FEATURES, INFO, make_dataset
-from mlfs.trainers.learner import KnobLearner
+from mlfs.trainers.knob.learner import KnobLearner
 learner = KnobLearner(INFO)
 for k in range(5):
     learner.add_dataset(make_dataset(1000, seed=10 + k, start_tick=1000 * k, explore_share=0.25))

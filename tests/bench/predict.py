@@ -5,7 +5,7 @@
 Three predictors are trained on the drive-days of training seeds and judged on seeds they
 never saw, with the one scoring rule (`mlfs.base.outcomes.score`):
 
-- **learned**: what `mlfs train` fits (`mlfs.trainers.predictor.fit_predictor`: its window
+- **learned**: what `mlfs train` fits (`mlfs.trainers.predictor.learner.fit_predictor`: its window
   features, negatives down-sampled to NEGATIVES_PER_POSITIVE a positive, calibrated,
   ROUNDS rounds of NUM_LEAVES leaves);
 - **learned without windows**: the same on the record fields alone (what it fitted
@@ -42,7 +42,12 @@ from mlfs.backends.sim_disks import (
     backblaze_rule,
     smart_threshold_rule,
 )
-from mlfs.trainers.predictor import EventLearner, calibration, fit_predictor, label_rows
+from mlfs.trainers.predictor.learner import (
+    EventLearner,
+    calibration,
+    fit_predictor,
+    label_rows,
+)
 
 from mlfs.abi import window_features
 from mlfs.base.outcomes import (

@@ -35,7 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from mlfs.backends.sim_disks import RECORDS, SimDisks, smart_threshold_rule
-from mlfs.trainers.predictor import challenge, fit_predictor
+from mlfs.trainers.predictor.learner import challenge, fit_predictor
 
 from mlfs.abi import window_features
 from mlfs.base.outcomes import efficiency

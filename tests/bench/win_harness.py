@@ -133,7 +133,7 @@ def train_online(mountpoint: Path, subsystem: str, model: str, run_cycle: Callab
     mode: the caller pins the next mode.  `features`: as `mlfs train
     --features` (default all).
     """
-    from mlfs.trainers.worker import run_worker
+    from mlfs.trainers.knob.worker import run_worker
 
     mdir = mountpoint / subsystem / "models" / model
     os.mkdir(mdir)

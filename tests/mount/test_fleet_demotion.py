@@ -22,7 +22,7 @@ import subprocess
 import lightgbm as lgb
 import numpy as np
 import pytest
-from mlfs.trainers.learner import KnobLearner
+from mlfs.trainers.knob.learner import KnobLearner
 
 from mlfs.abi import candidate_values
 from mlfs.fleet.demo import demo_key

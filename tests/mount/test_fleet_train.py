@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from mlfs.trainers.learner import KnobLearner
+from mlfs.trainers.knob.learner import KnobLearner
 
 from mlfs.base.verifier import verify
 from mlfs.client import end_process

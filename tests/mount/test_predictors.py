@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow.dataset as ds
 import pytest
 from mlfs.backends.sim_disks import RECORDS, DrivePopulation
-from mlfs.trainers.predictor import EventLearner, label_rows
+from mlfs.trainers.predictor.learner import EventLearner, label_rows
 
 from tests.harness import Mount, sh, sim_disks_config, wait_for, write_errno
 
@@ -147,7 +147,7 @@ def test_the_trainer_keeps_its_policy_alive_while_a_fit_runs_long(mount_root, po
     twice that."""
     import threading
 
-    from mlfs.trainers.predictor_worker import run_predictor
+    from mlfs.trainers.predictor.worker import run_predictor
 
     silence = _silence_for_this_machine(policy_text)
     config = DISKS.replace("silence_seconds = 600.0", f"silence_seconds = {silence:.1f}")
@@ -198,7 +198,7 @@ def test_max_seconds_holds_while_a_fit_never_ends(disks, monkeypatch):
     beside two busy loops."""
     import threading
 
-    from mlfs.trainers import predictor_worker
+    from mlfs.trainers.predictor.learner import worker as predictor_worker
 
     pids: list[int] = []
     real = predictor_worker.FitProcess

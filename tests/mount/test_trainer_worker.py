@@ -12,7 +12,7 @@ import subprocess
 import threading
 
 import lightgbm as lgb
-from mlfs.trainers.worker import run_worker
+from mlfs.trainers.knob.worker import run_worker
 
 from tests.harness import REPO, mlfs_command, wait_for
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import mlfs.trainers.learner as learner
+import mlfs.trainers.knob.learner as learner
 from mlfs.backends.linux.vm import LinuxVM
 from mlfs.backends.sim_readahead import SimReadahead
 

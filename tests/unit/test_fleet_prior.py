@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from mlfs.trainers.learner import CHALLENGE_BLOCK, KnobLearner, drop_verdict
+from mlfs.trainers.knob.learner import CHALLENGE_BLOCK, KnobLearner, drop_verdict
 
 from tests.harness import INFO, PHASES, make_dataset, make_feedback, phase_features
 

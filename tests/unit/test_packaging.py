@@ -19,8 +19,8 @@ def test_installed_packages_claim_no_generic_top_level_name():
 
 def test_a_checkout_imports_its_own_backends_and_trainers():
     done = subprocess.run(
-        [sys.executable, "-c", "import mlfs.backends, mlfs.trainers.learner as t; "
+        [sys.executable, "-c", "import mlfs.backends, mlfs.trainers.knob.learner as t; "
          "print(mlfs.backends.__file__); print(t.__file__)"],
         cwd=REPO, capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.split() == [str(REPO / "backends" / "__init__.py"),
-                                   str(REPO / "trainers" / "learner.py")]
+                                   str(REPO / "trainers" / "knob" / "learner.py")]

@@ -4,7 +4,7 @@ host's own predicts the host's newest rows better (`trainers.predictor.challenge
 import numpy as np
 import pytest
 from mlfs.backends.sim_disks import RECORDS, DrivePopulation
-from mlfs.trainers.predictor import (
+from mlfs.trainers.predictor.learner import (
     _shift_first_tree,
     challenge,
     fit_predictor,

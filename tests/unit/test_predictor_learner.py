@@ -2,7 +2,7 @@
 
 import lightgbm as lgb
 import numpy as np
-from mlfs.trainers.predictor import EventLearner, label_rows
+from mlfs.trainers.predictor.learner import EventLearner, label_rows
 
 from mlfs.base.verifier import gives_probability, verify
 
@@ -44,7 +44,7 @@ def test_labels_mark_the_ticks_before_each_event_within_the_horizon():
 def test_the_trainers_fit_names_window_features_the_proxy_computes_the_same_way():
     import pyarrow as pa
     from mlfs.backends.sim_disks import RECORDS, DrivePopulation
-    from mlfs.trainers.predictor import fit_predictor
+    from mlfs.trainers.predictor.learner import fit_predictor
 
     from mlfs.abi import WindowState
     from mlfs.core.models.predictor_proxy import PredictionPolicy

@@ -12,7 +12,7 @@ import lightgbm as lgb
 import numpy as np
 import pytest
 from mlfs.trainers.fitting import FIRST_FIT_ROWS, MIN_FIT_ROWS, FitProcess, row_budget, stop_at
-from mlfs.trainers.predictor import EventLearner
+from mlfs.trainers.predictor.learner import EventLearner
 
 #: how long a child may take to answer before the test calls it broken (its imports
 #: took 15 s on a 2-core machine at load 14)

@@ -15,7 +15,7 @@ import lightgbm as lgb
 import numpy as np
 import pyarrow as pa
 import pytest
-from mlfs.trainers.learner import KnobLearner, candidate_values, knob_column
+from mlfs.trainers.knob.learner import KnobLearner, candidate_values, knob_column
 
 from mlfs.abi import Knob
 from mlfs.core.models.policy import Policy

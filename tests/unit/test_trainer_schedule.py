@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from mlfs.trainers.learner import KnobLearner
+from mlfs.trainers.knob.learner import KnobLearner
 from mlfs.trainers.schedule import TrainerSchedule
 
 from tests.harness import INFO, make_dataset, phase_features

@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from mlfs.trainers.worker import run_worker
+from mlfs.trainers.knob.worker import run_worker
 
 from mlfs.base.errors import Refused
 from mlfs.base.verifier import verify
@@ -301,7 +301,7 @@ def wait_for(predicate, timeout: float, what: str) -> None:
 
 @pytest.fixture
 def fake(tmp_path, monkeypatch):
-    from mlfs.trainers import worker as worker_module
+    from mlfs.trainers.knob import worker as worker_module
 
     # the daemon's timings, scaled down with the fake's 5 ms ticks
     monkeypatch.setattr(worker_module, "POLICY_MIN_SECONDS", 0.5)
@@ -380,7 +380,7 @@ def test_a_policy_upload_waits_for_the_exploration_in_flight(tmp_path, monkeypat
     and the policy ran the rest.  Here the fake ticks at the info's own 50 ms, every
     decision explores, and feedback every 40 ticks brings corrections and uploads."""
     from mlfs.trainers import schedule as schedule_module
-    from mlfs.trainers import worker as worker_module
+    from mlfs.trainers.knob import worker as worker_module
 
     monkeypatch.setattr(worker_module, "POLICY_MIN_SECONDS", 0.2)
     monkeypatch.setattr(schedule_module.TrainerSchedule, "exploration_rate", lambda self: 1.0)
@@ -450,7 +450,7 @@ def test_worker_survives_rmdir_and_the_mount_going_away(fake: FakeMount) -> None
 def test_refusals_are_logged_with_the_reason_and_survived(fake: FakeMount, caplog,
                                                           monkeypatch) -> None:
     """EINVAL from recommend and from the policy's close: logged with errors' last line."""
-    from mlfs.trainers import worker as worker_module
+    from mlfs.trainers.knob import worker as worker_module
 
     real_write = worker_module._Worker.write_attr
 

@@ -344,7 +344,7 @@ def test_a_16_mib_array_is_refused_by_its_count(text):
 
 def test_every_policy_our_trainer_produces_verifies():
     """Fits, gamma fits and corrections up to the trainer's tree budget all verify."""
-    from mlfs.trainers.learner import KnobLearner
+    from mlfs.trainers.knob.learner import KnobLearner
 
     from tests.harness import INFO, make_dataset, make_feedback
 

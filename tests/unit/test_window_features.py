@@ -4,7 +4,7 @@ by tick from each entity's last rows; the two must give the same numbers."""
 import numpy as np
 import pytest
 from mlfs.backends.sim_disks import DrivePopulation
-from mlfs.trainers.predictor import default_windows
+from mlfs.trainers.predictor.learner import default_windows
 
 from mlfs.abi import MAX_WINDOW, WindowState, window_feature, window_features
 

@@ -19,7 +19,7 @@ short at its deadline is a valid model of fewer trees; it is uploaded only while
 of this host's own is in force.
 
 Class imbalance is handled by down-sampling negatives to about `NEGATIVES_PER_POSITIVE`
-per positive, corrected inside the policy (trainers/predictor.py), never by weights.
+per positive, corrected inside the policy (trainers/predictor/learner.py), never by weights.
 Rows too recent to know their outcome (within the horizon of the newest tick, with no
 event yet) are left out of the fit.
 
@@ -40,12 +40,12 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from mlfs.trainers.fitting import FitProcess, row_budget
+from mlfs.trainers.schedule import POLICY_KEEPALIVE_SECONDS
 
 from mlfs import client
 
-from .fitting import FitProcess, row_budget
-from .predictor import MIN_POSITIVES, ROUNDS, challenge, fit_predictor
-from .schedule import POLICY_KEEPALIVE_SECONDS
+from .learner import MIN_POSITIVES, ROUNDS, challenge, fit_predictor
 
 #: the newest rows read for a fit at most (fewer on a slow machine: `fitting.row_budget`)
 MAX_ROWS = 3_000_000

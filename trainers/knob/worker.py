@@ -32,7 +32,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from mlfs.trainers.learner import ROLLED_OUT_MODES, KnobLearner, missing_features
 from mlfs.trainers.schedule import (
     LEARNING_TTL,
     POLICY_KEEPALIVE_SECONDS,
@@ -42,6 +41,8 @@ from mlfs.trainers.schedule import (
 
 from mlfs import client
 from mlfs.abi import NAME
+
+from .learner import ROLLED_OUT_MODES, KnobLearner, missing_features
 
 __all__ = ["BadOptions", "run_worker"]
 
@@ -697,7 +698,7 @@ def run_worker(
         raise ValueError(f"model name {model!r} is not [a-z0-9][a-z0-9._-]{{0,63}}")
     entered = time.monotonic()
     if _has_targets(mountpoint, subsystem):  # a predictor, not a knob model
-        from .predictor_worker import run_predictor
+        from mlfs.trainers.predictor.worker import run_predictor
 
         left = None if max_seconds is None else max_seconds - (time.monotonic() - entered)
         return run_predictor(mountpoint, subsystem, model, stop=stop, max_seconds=left,

@@ -37,10 +37,9 @@ import time
 
 import lightgbm as lgb
 import numpy as np
+from mlfs.trainers.fitting import stop_at
 
 from mlfs.abi import window_feature, window_features
-
-from .fitting import stop_at
 
 __all__ = ["CHALLENGE_HOLDOUT", "EventLearner", "MIN_POSITIVES", "NEGATIVES_PER_POSITIVE",
            "NUM_LEAVES", "ROUNDS", "SAMPLED_LEAF_ROWS", "calibrated", "calibration", "challenge",

@@ -1,0 +1,1 @@
+"""The knob kind's trainer: learns a knob policy from the proxy's feedback."""

@@ -1,0 +1,1 @@
+"""The predictor kind's trainer: learns an event's probability from labelled rows."""
