@@ -19,13 +19,23 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from mlfs.core.models.kinds import KINDS, ModelKind
 from mlfs.fs.operations import MAX_BUFFERED_WRITE
-from tests.harness import FAST_MOUNT, Mount, new_mount_root, read_rows, sh, wait_for, write_errno
+from tests.harness import (
+    FAST_MOUNT,
+    Mount,
+    mlfs_command,
+    new_mount_root,
+    read_rows,
+    sh,
+    wait_for,
+    write_errno,
+)
 
 #: the files every model directory has, whatever its kind
 SHARED_FILES = {"control", "state", "kind", "mode", "mode_switching", "recommend", "policy",
@@ -182,3 +192,17 @@ def test_bad_input_is_refused_with_its_errno_and_a_line(kind_mount_clean):
     assert lines and "policy" in lines[0] and "over" in lines[0]
     assert (model / "policy").read_bytes() == b""
     assert (model / "state").read_text() in ("started\n", "running\n")
+
+
+def test_mlfs_train_refuses_a_kind_with_no_trainer_or_not_served(kind_mount_clean):
+    kind, mount = kind_mount_clean
+    sub = kind.conformance.subsystem
+    others = [name for name in KINDS if name != kind.name]
+    info = json.loads((subsystem(kind, mount) / "info").read_text())
+    for wanted, reason in [("no-such-kind", "has no trainer"),
+                           *[(o, "not " + o) for o in others if o not in info["kinds"]]]:
+        done = subprocess.run(mlfs_command("train", str(mount.mountpoint), sub, "--kind",
+                                           wanted, "--max-seconds", "30", "--wait", "5"),
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and reason in done.stderr, done.stderr
+        assert not (subsystem(kind, mount) / "models" / "lgbm").exists()  # nothing made
