@@ -126,7 +126,7 @@ INFO_SLAB_DEBUG = (
 )
 
 
-# SLUB's consistency checks (mm/slub.c).
+#: SLUB's consistency checks (mm/slub.c).
 SLUB_DOUBLE_FREE = CrashKind("BUG kmalloc-", (
     TitleFormat(
         title="BUG kmalloc-.*: Object already free",

@@ -134,7 +134,7 @@ WARNING_BAD_STACK_OLD = (
 )
 
 
-# arm and arm64's page fault (arch/arm64/mm/fault.c).
+#: arm and arm64's page fault (arch/arm64/mm/fault.c).
 UNABLE_TO_HANDLE = CrashKind("Unable to handle kernel", (
     TitleFormat(
         title="Unable to handle kernel (paging request|NULL pointer dereference|access to user memory)",
@@ -147,8 +147,8 @@ UNABLE_TO_HANDLE = CrashKind("Unable to handle kernel", (
 ))
 
 
-# x86's #GP (arch/x86/kernel/traps.c): often a wild pointer, KASAN's "probably for non-
-# canonical address".
+#: x86's #GP (arch/x86/kernel/traps.c): often a wild pointer, KASAN's "probably for non-
+#: canonical address".
 GENERAL_PROTECTION_FAULT = CrashKind("general protection fault", (
     TitleFormat(
         title="general protection fault.*:",
@@ -161,7 +161,7 @@ GENERAL_PROTECTION_FAULT = CrashKind("general protection fault", (
 ), suppressions=(r"general protection fault .* error:\d+ in ",))
 
 
-# x86's #SS, a fault on a bad stack pointer.
+#: x86's #SS, a fault on a bad stack pointer.
 STACK_SEGMENT = CrashKind("stack segment: ", (
     TitleFormat(
         title="stack segment: ",
@@ -173,7 +173,7 @@ STACK_SEGMENT = CrashKind("stack segment: ", (
 ))
 
 
-# x86's double fault: usually a stack overflow.
+#: x86's double fault: usually a stack overflow.
 DOUBLE_FAULT = CrashKind("PANIC: double fault", (
     TitleFormat(
         title="PANIC: double fault",
@@ -185,7 +185,7 @@ DOUBLE_FAULT = CrashKind("PANIC: double fault", (
 ))
 
 
-# BUG() and BUG_ON() on x86 ("kernel BUG at file:line!").
+#: BUG() and BUG_ON() on x86 ("kernel BUG at file:line!").
 KERNEL_BUG = CrashKind("kernel BUG", (
     TitleFormat(
         title="kernel BUG at mm/usercopy.c",
@@ -214,7 +214,7 @@ KERNEL_BUG = CrashKind("kernel BUG", (
 ))
 
 
-# BUG() on arm.
+#: BUG() on arm.
 KERNEL_BUG_ARM = CrashKind("Kernel BUG", (
     TitleFormat(
         title="Kernel BUG (.*)",
@@ -223,7 +223,7 @@ KERNEL_BUG_ARM = CrashKind("Kernel BUG", (
 ))
 
 
-# x86's #DE.
+#: x86's #DE.
 DIVIDE_ERROR = CrashKind("divide error:", (
     TitleFormat(
         title="divide error: ",
@@ -235,7 +235,7 @@ DIVIDE_ERROR = CrashKind("divide error:", (
 ))
 
 
-# x86's #DE on older kernels.
+#: x86's #DE on older kernels.
 DIVIDE_ERROR_OLD = CrashKind("divide_error:", (
     TitleFormat(
         title="divide_error: ",
@@ -247,7 +247,7 @@ DIVIDE_ERROR_OLD = CrashKind("divide_error:", (
 ))
 
 
-# x86's #UD outside BUG().
+#: x86's #UD outside BUG().
 INVALID_OPCODE = CrashKind("invalid opcode:", (
     TitleFormat(
         title="invalid opcode: ",
@@ -259,7 +259,7 @@ INVALID_OPCODE = CrashKind("invalid opcode:", (
 ))
 
 
-# x86's breakpoint trap.
+#: x86's breakpoint trap.
 INT3 = CrashKind("int3:", (
     TitleFormat(
         title="int3: ",
@@ -271,7 +271,7 @@ INT3 = CrashKind("int3:", (
 ))
 
 
-# arm and arm64's die().
+#: arm and arm64's die().
 INTERNAL_ERROR = CrashKind("Internal error:", (
     TitleFormat(
         title="Internal error:",
@@ -284,7 +284,7 @@ INTERNAL_ERROR = CrashKind("Internal error:", (
 ))
 
 
-# arm's fault handler for what it cannot handle.
+#: arm's fault handler for what it cannot handle.
 UNHANDLED_FAULT = CrashKind("Unhandled fault:", (
     TitleFormat(
         title="Unhandled fault:",
@@ -297,7 +297,7 @@ UNHANDLED_FAULT = CrashKind("Unhandled fault:", (
 ))
 
 
-# arm's unaligned access.
+#: arm's unaligned access.
 ALIGNMENT_TRAP = CrashKind("Alignment trap:", (
     TitleFormat(
         title="Alignment trap:",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from mlfs.crash.schema import CALL_TRACE, STACK, CrashKind, Stack, TitleFormat
 
-# panic() (kernel/panic.c): a title of its own only when no report came before it.
+#: panic() (kernel/panic.c): a title of its own only when no report came before it.
 KERNEL_PANIC = CrashKind("Kernel panic", (
     TitleFormat(
         title="Kernel panic - not syncing: stack-protector:",
@@ -78,7 +78,7 @@ KERNEL_PANIC = CrashKind("Kernel panic", (
 ))
 
 
-# A Rust panic in kernel code (overflow checks, unwrap).
+#: A Rust panic in kernel code (overflow checks, unwrap).
 RUST_PANIC = CrashKind("rust_kernel: panicked", (
     TitleFormat(
         title="rust_kernel: panicked",
@@ -92,7 +92,7 @@ RUST_PANIC = CrashKind("rust_kernel: panicked", (
 ))
 
 
-# A reboot nobody asked for: the machine crashed without a word.
+#: A reboot nobody asked for: the machine crashed without a word.
 UNEXPECTED_REBOOT = CrashKind("Booting the kernel.", (
     TitleFormat(
         title="^Booting the kernel",
@@ -102,7 +102,7 @@ UNEXPECTED_REBOOT = CrashKind("Booting the kernel.", (
 ), suppressions=("Parsing ELF|Decompressing Linux|Unknown parameter '",))
 
 
-# A network device whose references never drop (net/core/dev.c).
+#: A network device whose references never drop (net/core/dev.c).
 NETDEVICE_LEAK = CrashKind("unregister_netdevice: waiting for", (
     TitleFormat(
         title="unregister_netdevice: waiting for (?:.*) to become free",
@@ -112,7 +112,7 @@ NETDEVICE_LEAK = CrashKind("unregister_netdevice: waiting for", (
 ))
 
 
-# A file closed more times than opened (fs/open.c).
+#: A file closed more times than opened (fs/open.c).
 VFS_CLOSE = CrashKind("VFS: Close: file count is 0", (
     TitleFormat(
         title="VFS: Close: file count is 0",
@@ -122,7 +122,7 @@ VFS_CLOSE = CrashKind("VFS: Close: file count is 0", (
 ))
 
 
-# Inodes still in use after their file system went (fs/super.c).
+#: Inodes still in use after their file system went (fs/super.c).
 VFS_BUSY_INODES = CrashKind("VFS: Busy inodes after unmount", (
     TitleFormat(
         title="VFS: Busy inodes after unmount",
@@ -132,7 +132,7 @@ VFS_BUSY_INODES = CrashKind("VFS: Busy inodes after unmount", (
 ))
 
 
-# The Trusty TEE's own panics, printed into the kernel log on Android.
+#: The Trusty TEE's own panics, printed into the kernel log on Android.
 TRUSTY_PANIC = CrashKind("trusty: panic", (
     TitleFormat(
         title="trusty: panic.* ASSERT FAILED",
@@ -154,24 +154,26 @@ TRUSTY_PANIC = CrashKind("trusty: panic", (
 ))
 
 
-# A Go runtime's fatal error (syzkaller's own tools, gVisor).
+#: A Go runtime's fatal error (syzkaller's own tools, gVisor).
 GO_FATAL_ERROR = CrashKind("fatal error:", (
     TitleFormat(title="fatal error:", template="go runtime error", no_stack_trace=True),
 ), suppressions=("ALSA", "fatal error: cannot create timer"))
 
 
-# Printed by syzkaller itself: the executor's fail(), log.Fatal, a Go panic.
+#: Printed by syzkaller itself: the executor's fail() ...
 SYZFAIL = CrashKind("SYZFAIL:", (
     TitleFormat(title="SYZFAIL:(.*)", template="SYZFAIL:{1}", no_stack_trace=True),
 ))
 
 
+#: ... its log.Fatal ...
 SYZFATAL = CrashKind("SYZFATAL:", (
     TitleFormat(title="SYZFATAL:(.*)()", template="SYZFATAL:{1}", alt=("SYZFATAL{2}",),
                 no_stack_trace=True),
 ))
 
 
+#: ... and a Go panic (gVisor's Sentry's stuck tasks among them).
 GO_PANIC = CrashKind("panic:", (
     TitleFormat(title="panic: Sentry detected .* stuck task",
                 template="panic: Sentry detected stuck tasks", no_stack_trace=True),

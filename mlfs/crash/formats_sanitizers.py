@@ -127,7 +127,7 @@ BUG_SANITIZERS = (
 )
 
 
-# The undefined-behaviour sanitizer (lib/ubsan.c).
+#: The undefined-behaviour sanitizer (lib/ubsan.c).
 UBSAN = CrashKind("UBSAN:", (
     TitleFormat(
         title="UBSAN:",
