@@ -121,7 +121,7 @@ def test_window_keeps_memory_flat() -> None:
     for k in range(4):
         learner.add_dataset(make_dataset(1000, seed=k, start_tick=1000 * k))
     assert learner.rows == 1500
-    assert learner._tick[-1] == 3999
+    assert learner.training.tick[-1] == 3999
 
 
 def test_correct_shrinks_a_systematic_error(fitted: KnobLearner) -> None:
@@ -178,8 +178,8 @@ def best_measured(learner: KnobLearner, feats: dict, cover: int = 5) -> int:
 
 def local_count(learner: KnobLearner, feats: dict, value: int) -> int:
     """Rows at `value` that coverage counts in states like `feats`."""
-    codes = np.array([[learner._encode("read_ahead_kb", value)]])
-    return int(learner._local_counts(learner._feature_vector(feats), codes)[0])
+    codes = np.array([[learner.space.encode("read_ahead_kb", value)]])
+    return int(learner.exploration.local_counts(learner.feature_vector(feats), codes)[0])
 
 
 def fitted_on_values(values: list[int], seed: int = 41) -> KnobLearner:
