@@ -302,7 +302,7 @@ def test_in_a_state_only_the_default_ran_in_exploration_steps_from_the_default()
 def test_coverage_counts_only_settled_rows_of_a_carry_over_knob() -> None:
     """A setting tried only on ticks that were still settling has measured nothing.
 
-    The fit leaves those rows out (`_settled`), so coverage must not count them:
+    The fit leaves those rows out (`TrainingWindow.settled`), so coverage must not count them:
     an exploration cut short by a phase change before its setting settled would
     otherwise mark the setting as seen, and it is never tried again there
     (docs/results/dirty-ratios.md, "fifth try": the 1 % background ratio in the
