@@ -245,8 +245,8 @@ def create_subsystems(entries: tuple[dict, ...] | list[dict],
     """Build every configured subsystem; names must be unique.
 
     Every entry is checked (`check_entry`) before any is built.  Backends that
-    write real settings (`USES_STATE_DIR`) get the state directory (for the
-    ledger of original values) as their `state_dir` setting (`Backend.uses_state_dir`).
+    write real settings (`Backend.uses_state_dir`) get the state directory (for the
+    ledger of original values) as their `state_dir` setting.
     """
     for entry in entries:
         check_entry(entry)

@@ -14,7 +14,6 @@ attribute is a TypeError at import, not a right silently missing at run time.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,10 +94,6 @@ class Backend:
         return {"name": self.name, "description": self.description,
                 "settings": describe_schema(self.settings), "kinds": list(self.kinds),
                 "root_only": self.root_only, "uses_state_dir": self.uses_state_dir}
-
-    def replace(self, **changes: Any) -> Backend:
-        """A copy with `changes` (checked again)."""
-        return dataclasses.replace(self, **changes)
 
 
 def backend_problem(backend: Backend) -> str | None:

@@ -238,3 +238,18 @@ def test_nothing_in_the_repository_imports_an_old_name():
             if hits:
                 users[str(source.relative_to(REPO))] = sorted(hits)
     assert users == {}
+
+
+def test_the_template_is_a_working_backend_as_copied():
+    code = ("from mlfs.abi import subsystem_problems\n"
+            "from mlfs_backend_template import BACKEND\n"
+            "[sub] = BACKEND.factory(BACKEND.example(None))\n"
+            "assert subsystem_problems(sub) == []\n"
+            "sample = sub.step(sub.default_knobs(None))\n"
+            "assert set(sample.features) == set(sub.features)\n"
+            "print(BACKEND.name, sorted(sub.knobs))\n")
+    done = _run(code, TEMPLATE)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["template.queue", "['batch']"]
+    entry = (TEMPLATE / "pyproject.toml").read_text()
+    assert '"template.queue" = "mlfs_backend_template"' in entry
