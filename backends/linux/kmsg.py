@@ -2,7 +2,7 @@
 
 Every record of /dev/kmsg becomes one row of MOUNT/linux.kmsg/records/ (its seq,
 monotonic and wall-clock time, level, facility, continuation flag, dictionary fields,
-message), with what `mlfs.kmsg.log` derives from the kernel's own formats: the block
+message), with what `mlfs.kmsg` derives from the kernel's own formats: the block
 `device` it is about, its `kind` and its `signature` (a syzbot-style title).  Each
 distinct signature of a crash, warning, hang or I/O error is a report
 (MOUNT/linux.kmsg/reports/<kind>-<sha12>), announced by a `report` event when it is new
@@ -55,7 +55,7 @@ from mlfs.abi import (
     tick_seconds,
     word,
 )
-from mlfs.kmsg.log import (
+from mlfs.kmsg import (
     FACILITY_KERNEL,
     Blocks,
     Record,

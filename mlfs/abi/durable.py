@@ -278,15 +278,3 @@ def fdatasync_file(path: Path) -> None:
         os.fdatasync(fd)
     finally:
         os.close(fd)
-
-
-def cut_tail(path: Path, tail: int) -> None:
-    """Cut the last `tail` bytes off a file (a half-written line); logged if it cannot be."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
-        try:
-            os.ftruncate(fd, os.fstat(fd).st_size - tail)
-        finally:
-            os.close(fd)
-    except OSError as exc:  # the torn line is skipped (last line) or quarantined
-        log.error("%s: a half-written line could not be cut off: %s", path, exc)

@@ -13,7 +13,6 @@ from mlfs.abi.durable import (
     NotRegular,
     TooLarge,
     UnsafePath,
-    cut_tail,
     fdatasync_file,
     fsync_dir,
     log,
@@ -26,6 +25,6 @@ from mlfs.abi.durable import (
     write_durably,
 )
 
-__all__ = ["DAMAGED_SUFFIX", "TMP_SUFFIX", "NotRegular", "TooLarge", "UnsafePath", "cut_tail",
+__all__ = ["DAMAGED_SUFFIX", "TMP_SUFFIX", "NotRegular", "TooLarge", "UnsafePath",
            "fdatasync_file", "fsync_dir", "log", "open_dir", "open_regular", "open_regular_at",
            "read_bounded", "set_aside", "write_at", "write_durably"]
