@@ -18,12 +18,14 @@ or exports no Backend, is reported with its package and the reason, never a cras
 A module written for mlfs 0.1's optional attributes (`check`, `factory`,
 `DESCRIPTION`, `SETTINGS`, `USES_STATE_DIR`, `ROOT_ONLY`, `settings_for_name`)
 still loads until mlfs `OLD_STYLE_REMOVED_IN`: the registry adapts it into a
-Backend and warns once (DeprecationWarning, and a line in `mlfs backends`).
+Backend and says so (a DeprecationWarning, a log line once per process, and a
+line on `mlfs backends`' stderr).
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import logging
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -40,6 +42,8 @@ from mlfs.abi import (
     split_core_settings,
     subsystem_problems,
 )
+
+log = logging.getLogger("mlfs.backends")
 
 OWN_DISTRIBUTION = "mlfs"
 #: the release after which a backend module without `BACKEND` is refused
@@ -78,6 +82,10 @@ class BackendImportError(SettingError):
         self.entry = entry
 
 
+#: old-style backends already logged as such (once per process)
+_WARNED: set[str] = set()
+
+
 def _as_backend(entry: Registered, target: object) -> Backend:
     """The Backend an entry point's target is, exports, or (deprecated) spells out."""
     if isinstance(target, Backend):
@@ -91,10 +99,13 @@ def _as_backend(entry: Registered, target: object) -> Backend:
     if not (callable(getattr(target, "check", None))
             and callable(getattr(target, "factory", None))):
         raise BackendImportError(entry, "exports no BACKEND (an mlfs.abi.Backend)")
-    warnings.warn(f"backend {entry.name!r} (package {entry.package}) has no BACKEND; its "
-                  f"module attributes are read until mlfs {OLD_STYLE_REMOVED_IN}: export "
-                  "BACKEND = mlfs.abi.Backend(...) (docs/writing-a-backend.md)",
-                  DeprecationWarning, stacklevel=3)
+    message = (f"backend {entry.name!r} (package {entry.package}) has no BACKEND; its "
+               f"module attributes are read until mlfs {OLD_STYLE_REMOVED_IN}: export "
+               "BACKEND = mlfs.abi.Backend(...) (docs/writing-a-backend.md)")
+    warnings.warn(message, DeprecationWarning, stacklevel=3)
+    if entry.name not in _WARNED:  # the daemon's log says it once, whatever the filters
+        _WARNED.add(entry.name)
+        log.warning("%s", message)
     schema = getattr(target, "SETTINGS", None)
     try:
         return Backend(
