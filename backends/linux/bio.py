@@ -66,6 +66,9 @@ import pyarrow.compute as pc
 
 from mlfs.abi import (
     EXTRA_RECORDS_LOST,
+    Backend,
+    ConformanceEnv,
+    ExampleUnavailable,
     Objective,
     Sample,
     Schema,
@@ -73,10 +76,12 @@ from mlfs.abi import (
     Subsystem,
     check_settings,
     defaults_from,
+    open_dir,
+    open_regular,
+    read_bounded,
     text,
     tick_seconds,
 )
-from mlfs.base.durable import open_dir, open_regular, read_bounded
 
 from .completions import BlockCompletions, CompletionLedger
 
@@ -453,3 +458,16 @@ def factory(settings: dict) -> list[LinuxBio]:
     kwargs, _ = check(settings)
     kwargs.pop("state_dir", None)
     return [LinuxBio(**kwargs)]
+
+
+def _example(env: ConformanceEnv) -> dict:
+    """The conformance suite's instance: the suite's loop device, captured by BPF."""
+    why = unavailable() or (None if env.device else "no block device to capture")
+    if why:
+        raise ExampleUnavailable(why)
+    return {"tick_seconds": 0.1, "device": env.device}
+
+
+BACKEND = Backend(name="linux.bio", description=DESCRIPTION, settings=SETTINGS,
+                  check=check, factory=factory, root_only=ROOT_ONLY, kinds=("predictor",),
+                  example=_example)

@@ -38,6 +38,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mlfs.abi import (
+    Backend,
+    ConformanceEnv,
+    ExampleUnavailable,
     Objective,
     Sample,
     Schema,
@@ -244,3 +247,15 @@ def factory(settings: dict) -> list[LinuxHealth]:
     """`[[subsystem]] backend = "linux.health"`: one subsystem."""
     kwargs, _ = check(settings)
     return [LinuxHealth(**kwargs)]
+
+
+def _example(env: ConformanceEnv) -> dict:
+    """The conformance suite's instance: the suite's loop device, without smartctl."""
+    if env.device is None:
+        raise ExampleUnavailable("no block device to watch (a loop device needs root)")
+    return {"devices": [env.device], "tick_seconds": 0.1, "smartctl": False}
+
+
+BACKEND = Backend(name="linux.health", description=DESCRIPTION, settings=SETTINGS,
+                  check=check, factory=factory, root_only=ROOT_ONLY, kinds=("predictor",),
+                  example=_example)

@@ -40,6 +40,8 @@ import pyarrow as pa
 from mlfs.abi import (
     EXTRA_RECORDS_LOST,
     EXTRA_REPORTS,
+    Backend,
+    ExampleUnavailable,
     Objective,
     Sample,
     Schema,
@@ -485,4 +487,14 @@ def factory(settings: dict) -> list[LinuxKmsg]:
     return [LinuxKmsg(**kwargs)]
 
 
-__all__ = ["LinuxKmsg", "RECORDS"]
+def _example(env: object) -> dict:
+    """The conformance suite's instance: the log from now on (the boot's backlog is long)."""
+    if not os.access(DEFAULT_PATH, os.R_OK):
+        raise ExampleUnavailable(f"{DEFAULT_PATH} is not readable by this user")
+    return {"tick_seconds": 0.1, "start": "now"}
+
+
+BACKEND = Backend(name="linux.kmsg", description=DESCRIPTION, settings=SETTINGS,
+                  check=check, factory=factory, root_only=ROOT_ONLY,
+                  uses_state_dir=USES_STATE_DIR, kinds=("predictor",), example=_example)
+__all__ = ["BACKEND", "LinuxKmsg", "RECORDS"]
