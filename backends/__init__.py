@@ -3,52 +3,51 @@
 Every backend, built-in or not, registers in the entry-point group
 `mlfs.backends` (`mlfs.abi.ENTRY_POINT_GROUP`): the entry point's name is the
 backend's name (`backend = "linux.vm"` in a `[[subsystem]]` table) and its
-value a module (or `module:object`) providing
+value a module exporting `BACKEND`, an `mlfs.abi.Backend` (or `module:object`
+naming the Backend itself).  The Backend says everything the registry needs:
+description, settings schema, check, factory, the rights it needs (root only,
+the state directory), the kinds of model it serves and which subsystem names
+it can load at run time (docs/writing-a-backend.md).
 
-* `check(settings) -> (checked settings, subsystem names)`: the whole table
-  checked, nothing built, SettingError naming the key;
-* `factory(settings) -> list[Subsystem]`;
-* optionally `DESCRIPTION` (one line), `SETTINGS` (the `Schema` it checks
-  against, listed by `mlfs backends`) and `USES_STATE_DIR = True` (the
-  factory then gets the mount's state directory as `state_dir`, for a ledger
-  of original knob values);
-* optionally `ROOT_ONLY = True`: the backend makes the daemon write files its
-  settings name (a declared subsystem), so a run-time `load` of it is root's
-  alone, never the configured group's;
-* optionally `settings_for_name(name) -> dict | None`: the settings that
-  serve the subsystem `name` (`linux.block.sdb` -> `devices = ["sdb"]`), so
-  `mkdir MOUNT/<name>` can load it; None when the name is not one of its.
+The registry reads installed package metadata only, mlfs's own built-ins
+included (pyproject.toml registers them; a checkout's `pip install -e` installs
+that checkout's metadata).  A backend is imported only when a configuration
+names it (or when `mlfs backends` lists everything); one that fails to import,
+or exports no Backend, is reported with its package and the reason, never a crash.
 
-The built-ins are registered in mlfs's own pyproject.toml.  An installed mlfs
-reads them from its package metadata like any plugin's; a checkout (see
-mlfs/__init__.py) reads them from its pyproject.toml, because the installed
-metadata may belong to another checkout.  A backend is imported only when a
-configuration names it (or when `mlfs backends` lists everything); one that
-fails to import is reported with its package and the reason, never a crash.
+A module written for mlfs 0.1's optional attributes (`check`, `factory`,
+`DESCRIPTION`, `SETTINGS`, `USES_STATE_DIR`, `ROOT_ONLY`, `settings_for_name`)
+still loads until mlfs `OLD_STYLE_REMOVED_IN`: the registry adapts it into a
+Backend and says so (a DeprecationWarning, a log line once per process, and a
+line on `mlfs backends`' stderr).
 """
 
 from __future__ import annotations
 
 import importlib.metadata
-import tomllib
+import logging
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import mlfs
 from mlfs.abi import (
     ENTRY_POINT_GROUP,
+    Backend,
     Knob,
     Objective,
     Sample,
     SettingError,
     Subsystem,
     application_objective,
-    describe_schema,
     split_core_settings,
     subsystem_problems,
 )
 
+log = logging.getLogger("mlfs.backends")
+
 OWN_DISTRIBUTION = "mlfs"
+#: the release after which a backend module without `BACKEND` is refused
+OLD_STYLE_REMOVED_IN = "0.2"
 
 
 @dataclass(frozen=True)
@@ -59,31 +58,67 @@ class Registered:
     value: str
     package: str
 
-    def load(self):
-        """The backend module (or object); BackendImportError when it cannot be imported."""
+    def load(self) -> Backend:
+        """The backend; BackendImportError when it cannot be imported or is no Backend."""
         try:
-            return importlib.metadata.EntryPoint(self.name, self.value, ENTRY_POINT_GROUP).load()
+            target = importlib.metadata.EntryPoint(self.name, self.value,
+                                                   ENTRY_POINT_GROUP).load()
         except (Exception, SystemExit) as exc:  # third-party code: anything may happen
-            raise BackendImportError(self, exc) from exc
+            raise BackendImportError(self, f"failed to import: {type(exc).__name__}: {exc}") \
+                from exc
+        backend = _as_backend(self, target)
+        if backend.name != self.name:
+            raise BackendImportError(self, f"its Backend is named {backend.name!r}; the entry "
+                                     "point's name and the Backend's must be the same")
+        return backend
 
 
 class BackendImportError(SettingError):
-    """A registered backend failed to import; str() names the package and the reason."""
+    """A registered backend cannot be used; str() names the package and the reason."""
 
-    def __init__(self, entry: Registered, exc: BaseException) -> None:
-        reason = (f"backend {entry.name!r} (package {entry.package}, {entry.value}) "
-                  f"failed to import: {type(exc).__name__}: {exc}")
+    def __init__(self, entry: Registered, why: str) -> None:
+        reason = f"backend {entry.name!r} (package {entry.package}, {entry.value}) {why}"
         super().__init__("backend", reason)
         self.entry = entry
 
 
-def _own_entries() -> dict[str, str] | None:
-    """The built-ins from the checkout's pyproject.toml, or None when installed."""
-    if mlfs.SOURCE_TREE is None:
-        return None
-    with open(mlfs.SOURCE_TREE / "pyproject.toml", "rb") as f:
-        project = tomllib.load(f)["project"]
-    return dict(project.get("entry-points", {}).get(ENTRY_POINT_GROUP, {}))
+#: old-style backends already logged as such (once per process)
+_WARNED: set[str] = set()
+
+
+def _as_backend(entry: Registered, target: object) -> Backend:
+    """The Backend an entry point's target is, exports, or (deprecated) spells out."""
+    if isinstance(target, Backend):
+        return target
+    exported = getattr(target, "BACKEND", None)
+    if isinstance(exported, Backend):
+        return exported
+    if exported is not None:
+        raise BackendImportError(entry, f"exports BACKEND = {type(exported).__name__}, "
+                                 "not an mlfs.abi.Backend")
+    if not (callable(getattr(target, "check", None))
+            and callable(getattr(target, "factory", None))):
+        raise BackendImportError(entry, "exports no BACKEND (an mlfs.abi.Backend)")
+    message = (f"backend {entry.name!r} (package {entry.package}) has no BACKEND; its "
+               f"module attributes are read until mlfs {OLD_STYLE_REMOVED_IN}: export "
+               "BACKEND = mlfs.abi.Backend(...) (docs/writing-a-backend.md)")
+    warnings.warn(message, DeprecationWarning, stacklevel=3)
+    if entry.name not in _WARNED:  # the daemon's log says it once, whatever the filters
+        _WARNED.add(entry.name)
+        log.warning("%s", message)
+    schema = getattr(target, "SETTINGS", None)
+    try:
+        return Backend(
+            name=entry.name,
+            description=str(getattr(target, "DESCRIPTION", "") or "(no description)"),
+            settings=schema if isinstance(schema, Mapping) else {},
+            check=target.check, factory=target.factory,  # type: ignore[attr-defined]
+            root_only=bool(getattr(target, "ROOT_ONLY", False)),
+            uses_state_dir=bool(getattr(target, "USES_STATE_DIR", False)),
+            settings_for_name=getattr(target, "settings_for_name", None),
+            writes_kernel=getattr(target, "writes_kernel", None))
+    except TypeError as exc:
+        raise BackendImportError(entry, f"cannot be adapted: {exc}") from None
 
 
 def registered() -> tuple[dict[str, Registered], list[str]]:
@@ -94,15 +129,9 @@ def registered() -> tuple[dict[str, Registered], list[str]]:
     """
     found: dict[str, Registered] = {}
     problems: list[str] = []
-    own = _own_entries()
-    if own is not None:
-        for name, value in own.items():
-            found[name] = Registered(name, value, OWN_DISTRIBUTION)
     entries = []
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         package = ep.dist.name if ep.dist is not None else "?"
-        if own is not None and package.lower() == OWN_DISTRIBUTION:
-            continue  # the installed metadata of possibly another checkout
         entries.append((package.lower() != OWN_DISTRIBUTION, package, ep.name, ep.value))
     for _, package, name, value in sorted(entries):
         if name in found:
@@ -114,35 +143,37 @@ def registered() -> tuple[dict[str, Registered], list[str]]:
     return found, problems
 
 
-def _module(backend: object):
+def backend(name: object) -> Backend:
+    """The registered backend `name`; SettingError naming `backend` when there is none."""
     known, _ = registered()
-    if not isinstance(backend, str) or backend not in known:
-        raise SettingError("backend", f"unknown backend {backend!r} "
+    if not isinstance(name, str) or name not in known:
+        raise SettingError("backend", f"unknown backend {name!r} "
                            f"(known: {', '.join(sorted(known))})")
-    return known[backend].load()
+    return known[name].load()
 
 
 def describe_backends() -> tuple[list[dict], list[str]]:
-    """Every backend as {name, package, description, settings}, and the problems.
+    """Every backend as {name, package, description, settings, kinds, ...}, and the problems.
 
     Imports each backend; one that fails is a problem line (which package,
-    why), not an entry.
+    why), not an entry; one in the old attribute style is listed, with a
+    problem line saying it is deprecated.
     """
     known, problems = registered()
     out = []
     for name in sorted(known):
         entry = known[name]
-        try:
-            module = entry.load()
-        except BackendImportError as exc:
-            problems.append(exc.reason)
-            continue
-        description = " ".join(str(getattr(module, "DESCRIPTION", "")).split())
-        schema = getattr(module, "SETTINGS", None)
-        out.append({"name": name, "package": entry.package,
-                    "description": description or "(no description)",
-                    "settings": describe_schema(schema) if isinstance(schema, Mapping)
-                    else []})
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", DeprecationWarning)
+            try:
+                found = entry.load()
+            except BackendImportError as exc:
+                problems.append(exc.reason)
+                continue
+        problems.extend(str(w.message) for w in caught
+                        if issubclass(w.category, DeprecationWarning)
+                        and "has no BACKEND" in str(w.message))
+        out.append({"package": entry.package, **found.describe()})
     return out, problems
 
 
@@ -160,17 +191,17 @@ def check_entry(entry: Mapping) -> list[str]:
     if "backend" not in entry:
         raise SettingError("backend", "missing (which backend serves this subsystem?)")
     _, settings = split_core_settings(entry)  # the core's own (an action) checked here
-    module = _module(settings.pop("backend"))
+    found = backend(settings.pop("backend"))
     if "state_dir" in settings:
         raise SettingError("state_dir", "set by mlfs (the mount's state directory), "
                            "not by the configuration")
-    _, names = module.check(settings)
+    _, names = found.check(settings)
     return names
 
 
-def root_only(backend: str) -> bool:
-    """Whether only root may load `backend` at run time (its `ROOT_ONLY`)."""
-    return bool(getattr(_module(backend), "ROOT_ONLY", False))
+def root_only(name: str) -> bool:
+    """Whether only root may load backend `name` at run time (`Backend.root_only`)."""
+    return backend(name).root_only
 
 
 #: settings keys that let a subsystem write kernel settings (every built-in backend's)
@@ -181,9 +212,8 @@ def writes_kernel(entry: Mapping) -> bool:
     """Whether a `[[subsystem]]` table lets its subsystem write kernel settings: an
     `apply` table (linux.vm, linux.block) or declared knobs (linux.sysfs), or whatever
     the backend's own `writes_kernel(settings)` says.  Such a run-time load is root's."""
-    module = _module(entry["backend"])
-    own = getattr(module, "writes_kernel", None)
-    if callable(own):
+    own = backend(entry["backend"]).writes_kernel
+    if own is not None:
         return bool(own({k: v for k, v in entry.items() if k != "backend"}))
     return any(entry.get(key) for key in KERNEL_WRITE_KEYS)
 
@@ -196,13 +226,13 @@ def entry_for_name(name: str) -> dict | None:
     `settings_for_name` whether the rest names something it can serve.
     """
     known, _ = registered()
-    for backend in sorted(known, key=len, reverse=True):
-        if not name.startswith(backend + "."):
+    for candidate in sorted(known, key=len, reverse=True):
+        if not name.startswith(candidate + "."):
             continue
-        derive = getattr(known[backend].load(), "settings_for_name", None)
-        settings = derive(name) if callable(derive) else None
+        derive = known[candidate].load().settings_for_name
+        settings = derive(name) if derive is not None else None
         if settings is not None:
-            return {"backend": backend, **settings}
+            return {"backend": candidate, **settings}
     return None
 
 
@@ -226,7 +256,7 @@ def create_subsystems(entries: tuple[dict, ...] | list[dict],
     """Build every configured subsystem; names must be unique.
 
     Every entry is checked (`check_entry`) before any is built.  Backends that
-    write real settings (`USES_STATE_DIR`) get the state directory (for the
+    write real settings (`Backend.uses_state_dir`) get the state directory (for the
     ledger of original values) as their `state_dir` setting.
     """
     for entry in entries:
@@ -234,10 +264,10 @@ def create_subsystems(entries: tuple[dict, ...] | list[dict],
     subsystems: list[Subsystem] = []
     for entry in entries:
         core, settings = split_core_settings(entry)
-        module = _module(settings.pop("backend"))
-        if state_dir is not None and getattr(module, "USES_STATE_DIR", False):
+        found = backend(settings.pop("backend"))
+        if state_dir is not None and found.uses_state_dir:
             settings["state_dir"] = str(state_dir)
-        built = module.factory(settings)
+        built = found.factory(settings)
         for subsystem in built:
             objective = application_objective(core, subsystem.objective)
             if objective is not None:  # the core's rule, whatever the backend measures
@@ -255,7 +285,7 @@ def create_subsystems(entries: tuple[dict, ...] | list[dict],
     return subsystems
 
 
-__all__ = ["BackendImportError", "Knob", "Objective", "Registered", "Sample", "SettingError",
-           "Subsystem", "check_entry", "create_subsystems", "describe_backends",
-           "entry_for_name", "listing_text", "registered", "restore_orphans", "root_only",
-           "writes_kernel"]
+__all__ = ["Backend", "BackendImportError", "Knob", "Objective", "Registered", "Sample",
+           "SettingError", "Subsystem", "backend", "check_entry", "create_subsystems",
+           "describe_backends", "entry_for_name", "listing_text", "registered",
+           "restore_orphans", "root_only", "writes_kernel"]

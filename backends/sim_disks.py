@@ -65,6 +65,7 @@ from __future__ import annotations
 import numpy as np
 
 from mlfs.abi import (
+    Backend,
     Objective,
     Sample,
     Schema,
@@ -372,5 +373,10 @@ def factory(settings: dict) -> list[SimDisks]:
     return [SimDisks(**kwargs)]
 
 
-__all__ = ["DrivePopulation", "SimDisks", "RECORDS", "SIM_VERSION", "backblaze_rule",
+__all__ = ["BACKEND", "DrivePopulation", "SimDisks", "RECORDS", "SIM_VERSION", "backblaze_rule",
            "smart_threshold_rule"]
+
+
+BACKEND = Backend(name="sim.disks", description=DESCRIPTION, settings=SETTINGS,
+                  check=check, factory=factory, kinds=("predictor",),
+                  example=lambda env: {"drives": 64, "tick_seconds": 0.01})

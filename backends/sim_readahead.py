@@ -110,6 +110,7 @@ import numpy as np
 
 from mlfs.abi import (
     EXTRA_REFUSED,
+    Backend,
     Knob,
     KnobValue,
     Objective,
@@ -127,6 +128,7 @@ from mlfs.abi import (
 )
 
 __all__ = [
+    "BACKEND",
     "FEATURES",
     "MAX_RA_KB",
     "PHASES",
@@ -515,3 +517,8 @@ def factory(settings: dict) -> list[SimReadahead]:
     """`[[subsystem]] backend = "sim.readahead"`: one subsystem."""
     kwargs, _ = check(settings)
     return [SimReadahead(**kwargs)]
+
+
+BACKEND = Backend(name="sim.readahead", description=DESCRIPTION, settings=SETTINGS,
+                  check=check, factory=factory, kinds=("knob",),
+                  example=lambda env: {"tick_seconds": 0.01})

@@ -26,7 +26,8 @@ import pytest
 #: worker, while the other modules run beside them, each module whole on one
 #: worker (its module-scoped mount is made once, and its tests keep their order).
 SERIAL_MODULES = frozenset({
-    "test_actions", "test_attributes", "test_bench_smoke", "test_bio", "test_blktrace",
+    "test_actions", "test_attributes", "test_backend_conformance", "test_bench_smoke",
+    "test_bio", "test_blktrace",
     "test_containers", "test_declared", "test_fair_service", "test_failing_disk",
     "test_health", "test_kmsg", "test_learning_loop", "test_linux_backends",
     "test_linux_safety", "test_linux_sysfs", "test_loading", "test_operators",

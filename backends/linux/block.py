@@ -78,6 +78,9 @@ from pathlib import Path
 
 from mlfs.abi import (
     MAX_TICK_SECONDS,
+    Backend,
+    ConformanceEnv,
+    ExampleUnavailable,
     Schema,
     SettingError,
     boolean_or,
@@ -97,7 +100,7 @@ from .files import DEVICE_NAME, UnavailableError, parse_bracketed, read_text
 from .knobs import KnobSpec, check_measure, parse_apply
 from .subsystem import LinuxSubsystem, rate
 
-__all__ = ["FEATURES", "LinuxBlock", "SYS_BLOCK", "auto_devices", "specs_for"]
+__all__ = ["BACKEND", "FEATURES", "LinuxBlock", "SYS_BLOCK", "auto_devices", "specs_for"]
 
 log = logging.getLogger("mlfs.backends.linux")
 
@@ -354,3 +357,17 @@ def factory(settings: dict) -> list[LinuxBlock]:
                 log.warning("linux.block: skipping %s: %s", device, exc)
         return out
     return [LinuxBlock(device, **kwargs) for device in devices]
+
+
+def _example(env: ConformanceEnv) -> dict:
+    """The conformance suite's instance: the suite's loop device, its readahead allowed."""
+    if env.device is None:
+        raise ExampleUnavailable("no block device to tune (a loop device needs root)")
+    return {"devices": [env.device], "tick_seconds": 0.1, "measure_seconds": 0.0,
+            "apply": {"read_ahead_kb": [16, 4096]}}
+
+
+BACKEND = Backend(name="linux.block", description=DESCRIPTION, settings=SETTINGS,
+                  check=check, factory=factory, uses_state_dir=USES_STATE_DIR,
+                  kinds=("knob",), settings_for_name=settings_for_name,
+                  writes_kernel=writes_kernel, example=_example)

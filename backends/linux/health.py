@@ -8,7 +8,7 @@ One record per watched device per tick, from three sources:
   error this tick, counted from the BPF capture of `linux.bio` (every request, never
   rate-limited) when it can run here, else null;
 - the kernel's log (`errors_logged`): I/O error records naming the device
-  (`mlfs.kmsg.log.classify`, the same parsing as `linux.kmsg`), plus the records the
+  (`mlfs.kmsg.classify`, the same parsing as `linux.kmsg`), plus the records the
   kernel's rate limit suppressed ("N callbacks suppressed"), counted to the device of the
   error record they interrupted.  The log alone undercounts a burst (printk allows ten
   messages per five seconds per call site), which is why the block layer is counted too;
@@ -38,6 +38,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mlfs.abi import (
+    Backend,
+    ConformanceEnv,
+    ExampleUnavailable,
     Objective,
     Sample,
     Schema,
@@ -53,7 +56,7 @@ from mlfs.abi import (
     tick_seconds,
     word,
 )
-from mlfs.kmsg.log import classify
+from mlfs.kmsg import classify
 
 from ..smart import BACKBLAZE_ATTRIBUTES, health_row, read_smartctl
 from .bio import LinuxBio, device_number, unavailable
@@ -244,3 +247,15 @@ def factory(settings: dict) -> list[LinuxHealth]:
     """`[[subsystem]] backend = "linux.health"`: one subsystem."""
     kwargs, _ = check(settings)
     return [LinuxHealth(**kwargs)]
+
+
+def _example(env: ConformanceEnv) -> dict:
+    """The conformance suite's instance: the suite's loop device, without smartctl."""
+    if env.device is None:
+        raise ExampleUnavailable("no block device to watch (a loop device needs root)")
+    return {"devices": [env.device], "tick_seconds": 0.1, "smartctl": False}
+
+
+BACKEND = Backend(name="linux.health", description=DESCRIPTION, settings=SETTINGS,
+                  check=check, factory=factory, root_only=ROOT_ONLY, kinds=("predictor",),
+                  example=_example)

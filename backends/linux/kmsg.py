@@ -2,7 +2,7 @@
 
 Every record of /dev/kmsg becomes one row of MOUNT/linux.kmsg/records/ (its seq,
 monotonic and wall-clock time, level, facility, continuation flag, dictionary fields,
-message), with what `mlfs.kmsg.log` derives from the kernel's own formats: the block
+message), with what `mlfs.kmsg` derives from the kernel's own formats: the block
 `device` it is about, its `kind` and its `signature` (a syzbot-style title).  Each
 distinct signature of a crash, warning, hang or I/O error is a report
 (MOUNT/linux.kmsg/reports/<kind>-<sha12>), announced by a `report` event when it is new
@@ -40,6 +40,8 @@ import pyarrow as pa
 from mlfs.abi import (
     EXTRA_RECORDS_LOST,
     EXTRA_REPORTS,
+    Backend,
+    ExampleUnavailable,
     Objective,
     Sample,
     Schema,
@@ -52,7 +54,7 @@ from mlfs.abi import (
     tick_seconds,
     word,
 )
-from mlfs.kmsg.log import (
+from mlfs.kmsg import (
     FACILITY_KERNEL,
     Blocks,
     Record,
@@ -485,4 +487,14 @@ def factory(settings: dict) -> list[LinuxKmsg]:
     return [LinuxKmsg(**kwargs)]
 
 
-__all__ = ["LinuxKmsg", "RECORDS"]
+def _example(env: object) -> dict:
+    """The conformance suite's instance: the log from now on (the boot's backlog is long)."""
+    if not os.access(DEFAULT_PATH, os.R_OK):
+        raise ExampleUnavailable(f"{DEFAULT_PATH} is not readable by this user")
+    return {"tick_seconds": 0.1, "start": "now"}
+
+
+BACKEND = Backend(name="linux.kmsg", description=DESCRIPTION, settings=SETTINGS,
+                  check=check, factory=factory, root_only=ROOT_ONLY,
+                  uses_state_dir=USES_STATE_DIR, kinds=("predictor",), example=_example)
+__all__ = ["BACKEND", "LinuxKmsg", "RECORDS"]

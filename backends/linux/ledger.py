@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import quote
 
-from mlfs.base.durable import DAMAGED_SUFFIX, fsync_dir, set_aside, write_durably
+from mlfs.abi import DAMAGED_SUFFIX, fsync_dir, set_aside, write_durably
 
 from . import files as kernel
 from .files import boot_id, process_start, read_text

@@ -61,6 +61,9 @@ from mlfs.abi import (
     MAX_TICK_SECONDS,
     NAME,
     NAME_RULE,
+    Backend,
+    ConformanceEnv,
+    ExampleUnavailable,
     Knob,
     KnobValue,
     Objective,
@@ -83,7 +86,7 @@ from .files import read_key_values, read_psi_file, read_text, stream_problem
 from .knobs import KnobSpec, check_measure, parse_apply
 from .subsystem import LinuxSubsystem
 
-__all__ = ["DeclaredSubsystem", "check", "factory"]
+__all__ = ["BACKEND", "DeclaredSubsystem", "check", "factory"]
 
 #: where a knob's file may resolve to (the ledger's own rule, ledger.KERNEL_ROOTS)
 KNOB_ROOTS = (Path("/proc/sys"), Path("/sys"))
@@ -407,3 +410,19 @@ def factory(settings: dict) -> list[DeclaredSubsystem]:
     """`[[subsystem]] backend = "linux.sysfs"`: one subsystem."""
     kwargs, _ = check(settings)
     return [DeclaredSubsystem(**kwargs)]
+
+
+def _example(env: ConformanceEnv) -> dict:
+    """The conformance suite's instance: the loop device's readahead as a declared knob."""
+    if env.device is None:
+        raise ExampleUnavailable("no block device whose files to declare (needs root)")
+    queue = f"/sys/block/{env.device}/queue"
+    return {"name": "conformance.sysfs", "tick_seconds": 0.1, "measure_seconds": 0.0,
+            "knobs": {"read_ahead_kb": {"path": f"{queue}/read_ahead_kb",
+                                        "range": [0, 65536], "apply": [16, 4096]}},
+            "features": {"reads": {"path": f"/sys/block/{env.device}/stat", "field": 0}}}
+
+
+BACKEND = Backend(name="linux.sysfs", description=DESCRIPTION, settings=SETTINGS,
+                  check=check, factory=factory, root_only=ROOT_ONLY,
+                  uses_state_dir=USES_STATE_DIR, kinds=("knob",), example=_example)

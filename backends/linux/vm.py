@@ -87,6 +87,8 @@ from pathlib import Path
 
 from mlfs.abi import (
     MAX_TICK_SECONDS,
+    Backend,
+    ConformanceEnv,
     Schema,
     SettingError,
     check_settings,
@@ -108,7 +110,7 @@ from .files import (
 from .knobs import KnobSpec, check_measure, parse_apply
 from .subsystem import LinuxSubsystem, rate
 
-__all__ = ["FEATURES", "LinuxVM", "SPECS"]
+__all__ = ["BACKEND", "FEATURES", "LinuxVM", "SPECS"]
 
 SYSCTL = Path("/proc/sys/vm")
 PAGE_BYTES = 4096
@@ -298,3 +300,13 @@ def factory(settings: dict) -> list[LinuxVM]:
     """`[[subsystem]] backend = "linux.vm"`: one subsystem."""
     kwargs, _ = check(settings)
     return [LinuxVM(**kwargs)]
+
+
+def _example(env: ConformanceEnv) -> dict:
+    """The conformance suite's instance: one sysctl to write (and put back)."""
+    return {"tick_seconds": 0.1, "measure_seconds": 0.0, "apply": {"swappiness": [0, 200]}}
+
+
+BACKEND = Backend(name="linux.vm", description=DESCRIPTION, settings=SETTINGS,
+                  check=check, factory=factory, uses_state_dir=USES_STATE_DIR,
+                  kinds=("knob",), example=_example)

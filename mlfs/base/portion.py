@@ -40,13 +40,6 @@ def portion_number(name: str) -> int | None:
     return int(stem) if stem.isdigit() and len(stem) == 10 else None
 
 
-def wal_seq(path: Path) -> int | None:
-    parts = path.name.split(".")
-    if len(parts) == 3 and parts[1].isdigit() and parts[2] == "jsonl":
-        return int(parts[1])
-    return None
-
-
 def errno_name(exc: BaseException) -> str:
     code = getattr(exc, "errno", None)
     return errno.errorcode.get(code, type(exc).__name__) if code else type(exc).__name__

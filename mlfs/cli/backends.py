@@ -9,7 +9,7 @@ import sys
 from .common import command
 
 EXAMPLES = """examples:
-  mlfs backends                           # name, package, description, settings
+  mlfs backends                           # name, package, description, rights, settings
   mlfs backends --json | python3 -m json.tool"""
 
 
@@ -27,6 +27,11 @@ def cmd_backends(args: argparse.Namespace) -> int:
     else:
         for backend in backends:
             print(f"{backend['name']}  ({backend['package']})\n    {backend['description']}")
+            traits = [f"kinds: {', '.join(backend['kinds'])}"] if backend["kinds"] else []
+            traits += ["root only"] if backend["root_only"] else []
+            traits += ["uses the state directory"] if backend["uses_state_dir"] else []
+            if traits:
+                print(f"    ({'; '.join(traits)})")
             for s in backend["settings"]:
                 default = f" = {json.dumps(s['default'])}" if "default" in s else ""
                 print(f"    {s['name']}: {s['type']}{default}")

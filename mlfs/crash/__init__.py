@@ -3,7 +3,8 @@
 `parse_log(log)` finds the first report in a console log and returns a `Report`: its title
 (the kind and the guilty function, with what varies between hits masked), whether it is
 corrupted, its alternative titles and the guilty source file.  Pure Python, no FUSE:
-`formats` is the table of report kinds, `skip` the frames and files never to blame,
+`formats` is the table of report kinds (assembled from one `formats_*` module per
+family, entries shaped by `schema`), `skip` the frames and files never to blame,
 `parse` the generic parser over the table, `linux` the rules of the kernel's console.
 """
 

@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from mlfs.crash.formats import STACK, CrashKind, Stack, TitleFormat
+from mlfs.crash.schema import STACK, CrashKind, Stack, TitleFormat
 from mlfs.crash.skip import (
     FRAME_PREFIXES_TO_STRIP,
     HUNG_TASK_ANCHOR_FRAMES,

@@ -169,7 +169,7 @@ def shipped_table(table: pa.Table, host: dict[str, str], private: bool) -> pa.Ta
 def private_rows(table: pa.Table) -> pa.Table:
     """`table` with its text columns masked (`kernel_log.private_masked`, an allow-list):
     only the kernel's own words, symbols and typed placeholders leave the host."""
-    from mlfs.kmsg.log import private_masked
+    from mlfs.kmsg import private_masked
 
     for name in PRIVATE_COLUMNS:
         if name in table.column_names:

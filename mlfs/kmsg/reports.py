@@ -5,7 +5,7 @@ signature, kept by the `linux.kmsg` backend).  Across a fleet they are merged fr
 shipped kernel-log rows of every host (`kind=records` of the store): one line per
 signature with the hosts it hit, the kernel releases, first and last seen, how often,
 and one example, ordered as syzbot's dashboard orders bugs, most hosts first.  What the
-store holds was masked on the host before it shipped (mlfs.kmsg.log.private_masked,
+store holds was masked on the host before it shipped (mlfs.kmsg.private_masked,
 an allow-list).
 """
 
@@ -17,7 +17,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from mlfs.kmsg.log import REPORTED_KINDS, Report, Reports, printable
+from mlfs.kmsg import REPORTED_KINDS, Report, Reports, printable
 
 KERNEL_LOG_SUBSYSTEM = "linux.kmsg"
 
@@ -31,7 +31,7 @@ def _iso(when: float) -> str:
 
 
 def _listed(report: Report, hosts: list[str], releases: list[str], example: str) -> dict:
-    """One dashboard line of `report` (a `kernel_log.Report`, the one report type)."""
+    """One dashboard line of `report` (a `mlfs.kmsg.Report`, the one report type)."""
     return {"id": report.id, "kind": report.kind, "title": report.title,
             "count": report.count, "hosts": len(hosts), "host_ids": hosts,
             "releases": releases, "first_seen": _iso(report.first_seen),
@@ -56,7 +56,7 @@ def local_reports(mountpoint: Path, subsystem: str = KERNEL_LOG_SUBSYSTEM) -> li
 def fleet_reports(url: str, subsystem: str = KERNEL_LOG_SUBSYSTEM) -> list[dict]:
     """Reports over every host's shipped kernel-log rows, merged by the host's own rule.
 
-    Each occurrence (a block's records, in order) goes through `kernel_log.Reports.seen`
+    Each occurrence (a block's records, in order) goes through `mlfs.kmsg.Reports.seen`
     as on a host: the same signature, or a similar block of the same kind, is one report;
     the hosts and kernel releases it hit are counted beside it."""
     import pyarrow as pa

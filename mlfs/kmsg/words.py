@@ -4,8 +4,8 @@ Generated once from syzkaller's Linux crash-report corpus (tests/data/syzkaller/
 License 2.0): every word of letters that appears in at least 8 of its 747 logs (so a
 command or host name of one log is not among them), lower-cased, without the two- to
 four-letter words of hex digits (addresses); and the words of the formats
-`mlfs.kmsg.log` reads (block, file system, SCSI, libata, NVMe, OOM, USB, audit).
-`mlfs.kmsg.log.private_masked` keeps a word of a message only if it is here, looks
+`mlfs.kmsg.kinds` reads (block, file system, SCSI, libata, NVMe, OOM, USB, audit).
+`mlfs.kmsg.masking.private_masked` keeps a word of a message only if it is here, looks
 like a kernel symbol, a kernel source path or a block device; anything else is replaced
 by a typed placeholder.
 Adding a word here is a privacy decision: a word that names a person, a host or a

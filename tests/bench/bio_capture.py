@@ -13,11 +13,10 @@ records lost, fio's IOPS on against off, and the CPU of the daemon and its loade
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 
 from mlfs.bench.capture import capture_runs, summary, unavailable
 from mlfs.bench.harness import Session
+from tests.bench.shared import emit
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -34,11 +33,7 @@ def main(argv: list[str] | None = None) -> dict:
         runs = capture_runs(session.scratch(None), args.ios, args.repeats, session.mount)
     finally:
         session.close()
-    results = {"runs": runs, **summary(runs)}
-    print(json.dumps(results, indent=1))
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
-    return results
+    return emit({"runs": runs, **summary(runs)}, args.json)
 
 
 if __name__ == "__main__":

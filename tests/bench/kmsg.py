@@ -16,15 +16,17 @@ The figures depend on the machine's load; run it on a quiet machine and report t
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow.dataset as ds
 
 from mlfs.client import MountProcess, write_line
+from tests.bench.shared import emit
 
 CONFIG = """
 [mount]
@@ -38,6 +40,21 @@ backend = "linux.kmsg"
 tick_seconds = 0.1
 start = "now"
 """
+
+
+@contextmanager
+def kmsg_mount(prefix: str) -> Iterator[MountProcess]:
+    """A real mount serving `linux.kmsg` (`CONFIG`) in a new directory, stopped on the
+    way out whatever happens inside the block."""
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    (work / "mnt").mkdir()
+    (work / "mlfs.toml").write_text(CONFIG)
+    daemon = MountProcess(work / "mnt", work / "state", work / "mlfs.toml", timeout=60)
+    daemon.start()
+    try:
+        yield daemon
+    finally:
+        daemon.stop()
 
 
 def _write(message: str) -> None:
@@ -71,14 +88,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--paced-seconds", type=float, default=20.0)
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args(argv)
-    work = Path(tempfile.mkdtemp(prefix="mlfs-kmsg-bench-"))
-    (work / "mnt").mkdir()
-    (work / "mlfs.toml").write_text(CONFIG)
-    daemon = MountProcess(work / "mnt", work / "state", work / "mlfs.toml", timeout=60)
-    daemon.start()
-    sub = work / "mnt" / "linux.kmsg"
     results: dict = {}
-    try:
+    with kmsg_mount("mlfs-kmsg-bench-") as daemon:
+        sub = daemon.mountpoint / "linux.kmsg"
         marker = f"random: bench {os.getpid()} "
         start = time.monotonic()
         for i in range(args.records):
@@ -112,12 +124,7 @@ def main(argv: list[str] | None = None) -> dict:
         wall = time.monotonic() - wall0
         results["paced"] = {"records_per_s": round(n / wall), "seconds": round(wall, 1),
                             "daemon_cpu_share_of_one_core": round(cpu / wall, 4)}
-    finally:
-        daemon.stop()
-    print(json.dumps(results, indent=1))
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
-    return results
+    return emit(results, args.json)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@
 
 tests/data/syzkaller/linux-report/ holds real kernel crash logs, each with the title
 syzkaller's authors gave it by hand (`TITLE:`); two logs with the same title are the
-same bug.  Each log (console prefixes stripped) goes through mlfs.kmsg.log as the
+same bug.  Each log (console prefixes stripped) goes through mlfs.kmsg as the
 `linux.kmsg` backend reads it: the first report's block and its signature (the block's
 title by `mlfs.crash`, syzbot's formats; `python -m tests.bench.kmsg_titles` measures
 that parser on whole logs, this bench on what `Blocks` hands it).  Over every
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mlfs.kmsg.log import DUPLICATE_SIMILARITY, Blocks, classify, similarity_text
+from mlfs.kmsg import DUPLICATE_SIMILARITY, Blocks, classify, similarity_text
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "syzkaller" / "linux-report"
 _PREFIX = re.compile(r"^\[\s*\d+\.\d+\]\s*(?:\[\s*[CT]\d+\]\s*)?")

@@ -24,14 +24,12 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from mlfs.client import MountProcess
-
 # the kernel-log mount the rate bench uses: one configuration, defined once
-from tests.bench.kmsg import CONFIG
+from tests.bench.kmsg import kmsg_mount
+from tests.bench.shared import emit, printk_devkmsg
 
 WRITER = r"""
 import os, random, string, sys, time
@@ -74,61 +72,48 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--mode", choices=("similar", "distinct"), default="similar")
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args(argv)
-    work = Path(tempfile.mkdtemp(prefix="mlfs-kmsg-storm-"))
-    (work / "mnt").mkdir()
-    (work / "mlfs.toml").write_text(CONFIG)
-    sysctl = Path("/proc/sys/kernel/printk_devkmsg")
-    old = sysctl.read_text().strip()
-    daemon = MountProcess(work / "mnt", work / "state", work / "mlfs.toml", timeout=60)
-    daemon.start()
-    mnt = work / "mnt"
-    control = ["sh", "-c", f"echo emergency > {mnt}/control"]
-    version = ["cat", str(mnt / "version")]
-    emergency: list[float] = []
-    cat: list[float] = []
-    rss = [_rss_kib(daemon.pid)]
-    writer = None
-    try:
-        sysctl.write_text("on\n")
-        token = f"storm{os.getpid()}"
-        writer = subprocess.Popen([sys.executable, "-c", WRITER, str(args.titles),
-                                   str(args.seconds), args.mode, token],
-                                  stdout=subprocess.PIPE, text=True)
-        while writer.poll() is None:
-            emergency.append(_timed(control))
-            cat.append(_timed(version))
-            rss.append(_rss_kib(daemon.pid))
-            time.sleep(0.25)
-        written = float(writer.communicate(timeout=60)[0] or 0)
-        for _ in range(8):  # the ticks after the storm drain what is left
-            emergency.append(_timed(control))
-            rss.append(_rss_kib(daemon.pid))
-            time.sleep(0.25)
-        reports = len(os.listdir(mnt / "linux.kmsg" / "reports"))
-        results = {
-            "titles": args.titles, "mode": args.mode, "writer_seconds": written,
-            "emergency_s": {"n": len(emergency), "max": round(max(emergency), 3),
-                            "median": round(sorted(emergency)[len(emergency) // 2], 3)},
-            "cat_version_s": {"n": len(cat), "max": round(max(cat), 3) if cat else None},
-            "rss_mib": {"before": round(rss[0] / 1024, 1),
-                        "peak": round(max(rss) / 1024, 1),
-                        "after": round(rss[-1] / 1024, 1)},
-            "reports": reports,
-            "info": {k: v for k, v in json.loads(
-                (mnt / "linux.kmsg" / "info").read_text()).items()
-                if k in ("records_lost",)},
-        }
-    finally:
-        if writer is not None and writer.poll() is None:
-            writer.kill()
-            writer.wait()
-        sysctl.write_text(old + "\n")
-        daemon.stop()
-    print(json.dumps(results, indent=1))
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
-    return results
-
+    with kmsg_mount("mlfs-kmsg-storm-") as daemon, printk_devkmsg("on"):
+        mnt = daemon.mountpoint
+        control = ["sh", "-c", f"echo emergency > {mnt}/control"]
+        version = ["cat", str(mnt / "version")]
+        emergency: list[float] = []
+        cat: list[float] = []
+        rss = [_rss_kib(daemon.pid)]
+        writer = None
+        try:
+            token = f"storm{os.getpid()}"
+            writer = subprocess.Popen([sys.executable, "-c", WRITER, str(args.titles),
+                                       str(args.seconds), args.mode, token],
+                                      stdout=subprocess.PIPE, text=True)
+            while writer.poll() is None:
+                emergency.append(_timed(control))
+                cat.append(_timed(version))
+                rss.append(_rss_kib(daemon.pid))
+                time.sleep(0.25)
+            written = float(writer.communicate(timeout=60)[0] or 0)
+            for _ in range(8):  # the ticks after the storm drain what is left
+                emergency.append(_timed(control))
+                rss.append(_rss_kib(daemon.pid))
+                time.sleep(0.25)
+            reports = len(os.listdir(mnt / "linux.kmsg" / "reports"))
+            results = {
+                "titles": args.titles, "mode": args.mode, "writer_seconds": written,
+                "emergency_s": {"n": len(emergency), "max": round(max(emergency), 3),
+                                "median": round(sorted(emergency)[len(emergency) // 2], 3)},
+                "cat_version_s": {"n": len(cat), "max": round(max(cat), 3) if cat else None},
+                "rss_mib": {"before": round(rss[0] / 1024, 1),
+                            "peak": round(max(rss) / 1024, 1),
+                            "after": round(rss[-1] / 1024, 1)},
+                "reports": reports,
+                "info": {k: v for k, v in json.loads(
+                    (mnt / "linux.kmsg" / "info").read_text()).items()
+                    if k in ("records_lost",)},
+            }
+        finally:
+            if writer is not None and writer.poll() is None:
+                writer.kill()
+                writer.wait()
+    return emit(results, args.json)
 
 if __name__ == "__main__":
     main()

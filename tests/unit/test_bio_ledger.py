@@ -2,7 +2,7 @@
 saw is counted lost once it is old enough, never twice, and never while its record may
 still be on its way (`CompletionLedger`)."""
 
-from mlfs.backends.linux.bio import BlockCompletions, CompletionLedger
+from mlfs.backends.linux.completions import BlockCompletions, CompletionLedger
 
 
 def test_records_still_on_their_way_are_not_called_lost():

@@ -16,7 +16,7 @@ from mlfs.crash import parse_log
 from mlfs.crash.formats import STACK, CrashKind, Stack, TitleFormat
 from mlfs.crash.parse import NO_FRAMES, StackRules, describe
 from mlfs.crash.symbols import demangle
-from mlfs.kmsg.log import classify, complete_title
+from mlfs.kmsg import classify, complete_title
 from tests.bench.kmsg_titles import (
     Case,
     differences,

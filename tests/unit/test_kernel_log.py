@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mlfs.kmsg.log import (
+from mlfs.kmsg import (
     BUDGETS,
     DUPLICATE_SIMILARITY,
     MAX_ALIASES,

@@ -3,7 +3,7 @@
 tests/data/kmsg-private/records.txt holds kernel log records that carry private data
 (the red team's 16 records of K14, then more: audit, OOM, USB, Wi-Fi, NFS, CIFS,
 Bluetooth); secrets.txt the strings of which nothing may survive.  Masking is an
-allow-list (`mlfs.kmsg.log.private_masked`), so a record format nobody thought of ships
+allow-list (`mlfs.kmsg.private_masked`), so a record format nobody thought of ships
 as WORD placeholders, not as the user's text."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 from mlfs.fleet.push import shipped_table
-from mlfs.kmsg.log import classify, private_masked
+from mlfs.kmsg import classify, private_masked
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "kmsg-private"
 RECORDS = [line for line in (DATA / "records.txt").read_text().splitlines()

@@ -11,7 +11,7 @@ import logging
 from types import SimpleNamespace
 
 import backends.linux.kmsg as kmsg
-from mlfs.kmsg.log import parse_record
+from mlfs.kmsg import parse_record
 
 
 def _feed(monkeypatch, batches):

@@ -24,3 +24,29 @@ def test_a_checkout_imports_its_own_backends_and_trainers():
         cwd=REPO, capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.split() == [str(REPO / "backends" / "__init__.py"),
                                    str(REPO / "trainers" / "knob" / "learner.py")]
+
+
+def test_the_mapping_is_kept_only_in_pyproject_no_finder_and_no_run_time_reading():
+    # the package-dir table is the one place: mlfs installs no import hook, and the
+    # backend registry reads installed metadata, never the checkout's pyproject.toml
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys, mlfs, mlfs.backends as b; "
+         "print([type(f).__module__ for f in sys.meta_path if 'mlfs' in type(f).__module__]); "
+         "print(sorted(b.registered()[0]))"],
+        cwd="/", capture_output=True, text=True, timeout=60, check=True)
+    hooks, names = done.stdout.splitlines()
+    assert hooks == "[]"
+    assert "'linux.vm'" in names and "'sim.readahead'" in names
+    registry = (REPO / "backends" / "__init__.py").read_text()
+    assert "pyproject" not in registry.replace("pyproject.toml registers", "")
+    assert "tomllib" not in registry
+
+
+def test_every_built_in_entry_point_is_installed_as_pyproject_declares():
+    import importlib.metadata
+
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
+        "entry-points"]["mlfs.backends"]
+    installed = {ep.name: ep.value for ep in importlib.metadata.entry_points(
+        group="mlfs.backends") if ep.dist is not None and ep.dist.name == "mlfs"}
+    assert installed == declared, "run `pip install -e .` again after changing entry points"

@@ -121,7 +121,7 @@ def test_window_keeps_memory_flat() -> None:
     for k in range(4):
         learner.add_dataset(make_dataset(1000, seed=k, start_tick=1000 * k))
     assert learner.rows == 1500
-    assert learner._tick[-1] == 3999
+    assert learner.training.tick[-1] == 3999
 
 
 def test_correct_shrinks_a_systematic_error(fitted: KnobLearner) -> None:
@@ -178,8 +178,8 @@ def best_measured(learner: KnobLearner, feats: dict, cover: int = 5) -> int:
 
 def local_count(learner: KnobLearner, feats: dict, value: int) -> int:
     """Rows at `value` that coverage counts in states like `feats`."""
-    codes = np.array([[learner._encode("read_ahead_kb", value)]])
-    return int(learner._local_counts(learner._feature_vector(feats), codes)[0])
+    codes = np.array([[learner.space.encode("read_ahead_kb", value)]])
+    return int(learner.exploration.local_counts(learner.feature_vector(feats), codes)[0])
 
 
 def fitted_on_values(values: list[int], seed: int = 41) -> KnobLearner:
@@ -302,7 +302,7 @@ def test_in_a_state_only_the_default_ran_in_exploration_steps_from_the_default()
 def test_coverage_counts_only_settled_rows_of_a_carry_over_knob() -> None:
     """A setting tried only on ticks that were still settling has measured nothing.
 
-    The fit leaves those rows out (`_settled`), so coverage must not count them:
+    The fit leaves those rows out (`TrainingWindow.settled`), so coverage must not count them:
     an exploration cut short by a phase change before its setting settled would
     otherwise mark the setting as seen, and it is never tried again there
     (docs/results/dirty-ratios.md, "fifth try": the 1 % background ratio in the

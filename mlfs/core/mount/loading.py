@@ -266,7 +266,7 @@ class Loader:
         """Check a [[subsystem]] table whole, build it off-thread, serve it.
 
         Nothing changes until every check passed: backend known (and root's
-        alone for a ROOT_ONLY backend), settings known and well typed, exactly
+        alone for a `Backend.root_only` backend), settings known and well typed, exactly
         one subsystem with a valid, free name.  The backend's constructor may
         touch the kernel (the ledger of originals, reading sysfs), so it runs
         in a worker thread.  The load is remembered durably before it is
@@ -396,7 +396,7 @@ class Loader:
         symmetric: red team A3/A4 had the group unload root's `linux.kmsg`).
 
         A subsystem from root's configuration file is root's to unload.  One loaded at
-        run time needs what its load needed: root for a ROOT_ONLY backend or settings
+        run time needs what its load needed: root for a `Backend.root_only` backend or settings
         that write kernel settings; a load whose settings are no longer on record
         counts as root's.
         """

@@ -1,5 +1,7 @@
 """A record store's write-ahead file: Arrow IPC messages in checksummed frames.
 
+The on-disk format of the Arrow codec (arrow_codec.py) of the write-ahead engine (wal.py).
+
 Layout (all integers little-endian):
 
     file header  FILE_MAGIC, first_seq u64, acked_end u64, acked_next u64, crc32 u32, 0 u32
@@ -38,7 +40,7 @@ what frames cost: one flush of those 3 M rows took 0.29 s against 0.13 s unframe
 The file only ever holds whole frames below its ack mark: a flush that fails part-way
 cuts the file back to the end of the last whole frame, and the batches not written stay
 queued for the next flush.  When the cut fails too (`TornWal`), nothing more may go into
-that file (a frame written after a torn one would sit beyond a tear): the store starts a
+that file (a frame written after a torn one would sit beyond a tear): the engine starts a
 new one.
 
 Files written before frames (state format 3 up to this change) are plain IPC streams
@@ -58,6 +60,11 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from .wal import TornWal
+
+__all__ = ["FILE_HEADER", "Frame", "TornWal", "WalScan", "file_header", "read_wal",
+           "wal_first_seq", "write_batches"]
+
 FILE_MAGIC = b"MLFSRWA\x01"
 FRAME_MAGIC = b"MLFSFRM\x01"
 _FILE = struct.Struct("<8sQQQII")
@@ -72,11 +79,6 @@ _PREFIX = 8  # an IPC message's 0xFFFFFFFF and int32 metadata length
 _MAX_METADATA = 1 << 20
 #: the sink copies chunks smaller than this (padding, metadata) rather than hold them
 _SMALL = 4096
-
-
-class TornWal(OSError):
-    """A flush failed part-way and the torn tail could not be cut off: the file holds its
-    whole frames, then the tear; append nothing more to it."""
 
 
 def file_header(first_seq: int) -> bytes:

@@ -1,8 +1,9 @@
 """What no portion can hold: checked, split off and kept beside the store, never dropped.
 
-One rule for both kinds of write-ahead file (a tick store's JSON lines, a record store's
-Arrow frames): whatever cannot be replayed goes to the store's `quarantine/` directory,
-where an operator can read it, and the store counts and logs it.
+One rule for both codecs of the write-ahead engine (wal.py: a tick store's JSON lines, a
+record store's Arrow frames), applied by the engine's one replay path: whatever cannot be
+replayed goes to the store's `quarantine/` directory, where an operator can read it, and
+the store counts and logs it.
 
 - A write-ahead line that is not a row of the store's schema (damaged, or written by
   another version) and a row pyarrow can never encode (a value out of its column's range

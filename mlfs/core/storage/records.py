@@ -16,22 +16,20 @@ the bytes into a bytearray, as the tick store does with its short JSON lines, co
 times the write itself); the two core columns are encoded as deltas, not dictionaries
 (`record_seq` never repeats: a dictionary would be built for nothing, then dropped).
 
-`RecordStore` is a `PortionStore` (same sealing, retention, faults, watch and fleet
-cursors) whose pending rows are Arrow tables and whose write-ahead files
-(`wal.N.arrows`) hold one checksummed frame per batch (arrow_wal.py).  Replay keeps
-every intact batch whose `record_seq` is above the newest sealed one, wherever it lies;
-a torn frame the writer never acknowledged is skipped, and any other damage costs only
-the batches it touches: the file is copied to quarantine/, the records it lost are
-counted in `records_lost` and a WARNING says so (`check_replay`).
+`RecordStore` is a `PortionStore` (same sealing, retention, faults, watch, fleet cursors,
+and the same write-ahead engine, wal.py) whose pending rows are Arrow tables and whose
+write-ahead codec is arrow_codec.py: `wal.N.arrows` holds one checksummed frame per
+batch.  Replay keeps every intact batch whose `record_seq` is above the newest sealed
+one, wherever it lies; a torn frame the writer never acknowledged is skipped, and any
+other damage costs only the batches it touches: the file is copied to quarantine/, the
+records it lost are counted in `records_lost` and a WARNING says so (`check_replay`).
 """
 
 from __future__ import annotations
 
 import errno
 import logging
-import os
 import time
-from collections import deque
 from pathlib import Path
 
 import numpy as np
@@ -50,23 +48,15 @@ from mlfs.base.portion import (
     write_portion_file,
 )
 
-from .arrow_wal import (
-    FILE_HEADER,
-    Frame,
-    TornWal,
-    WalScan,
-    file_header,
-    read_wal,
-    wal_first_seq,
-    write_batches,
-)
-from .quarantine import keep_copy
+from .arrow_codec import RECORD_SEQ_LIMIT, ArrowCodec, check_replay
 from .store import PortionStore
+from .wal import Replayed
+
+__all__ = ["RECORD_SEQ_LIMIT", "ArrowCodec", "RecordStore", "RecordsRefused",
+           "check_replay", "keep_records", "record_schema", "to_table"]
 
 log = logging.getLogger("mlfs.records")
 
-_WAL_SUFFIX = ".arrows"
-_WAL_PREFIX = "wal."
 #: Parquet row groups of a record portion: as large as pyarrow's default, so a reader
 #: decodes few, large groups (a portion of 3 M rows is three)
 RECORD_ROW_GROUP_ROWS = 1 << 20
@@ -77,9 +67,6 @@ ARROW_TYPES: dict[str, pa.DataType] = {
     "string": pa.string(), "timestamp": pa.timestamp("us", tz="UTC"),
 }
 assert set(ARROW_TYPES) == set(RECORD_TYPES)
-#: a record_seq at or above this is damage, not a count: at a billion records a second
-#: a store would take 292 years to reach it (and pyarrow compares uint64 with int64)
-RECORD_SEQ_LIMIT = 1 << 63
 
 
 class RecordsRefused(ValueError):
@@ -134,115 +121,20 @@ class RecordStore(PortionStore):
                  watch: StoreWatch | None = None, kind: str = "records") -> None:
         self.fields = dict(fields)
         self._tables: list[pa.Table] = []
-        #: batches not yet in the write-ahead file, and their bytes
-        self._wal_batches: deque[pa.RecordBatch] = deque()
-        self._wal_bytes = 0
-        #: records the write-ahead files should have held and did not, found at replay
-        self.replay_lost = 0
-        self._wal_first = 0  # the first record_seq of the current write-ahead file
         super().__init__(directory, record_schema(fields), "record_seq", policy, watch, kind)
 
-    # ---- write-ahead files ------------------------------------------------------
-    def _wal_path(self) -> Path:
-        return self.directory / f"{_WAL_PREFIX}{self._wal_seq}{_WAL_SUFFIX}"
+    def _codec(self) -> ArrowCodec:
+        """What this store's write-ahead files hold: checksummed Arrow frames."""
+        return ArrowCodec(self.schema)
 
-    def _wal_waiting(self) -> int:
-        return self._wal_bytes
-
-    def flush_wal(self, raise_errors: bool = False) -> bool:
-        """As PortionStore's, but a new write-ahead file is first made whole with its
-        header under a temporary name, then renamed: an empty or header-less
-        `wal.N.arrows` is then always damage, never a crash at creation."""
-        if self._wal_waiting() and not self._wal_created:
-            path = self._wal_path()
-            try:
-                if path.exists():  # made by a flush that failed after creating it
-                    with open(path, "rb") as fh:
-                        self._wal_first = wal_first_seq(fh.read(FILE_HEADER))
-                else:
-                    self._wal_first = int(self._wal_batches[0].column(0)[0].as_py())
-                    _create_wal(path, self._wal_first)
-            except OSError as exc:
-                self._fail("flush", exc)
-                if raise_errors:
-                    raise
-                return False
-        return super().flush_wal(raise_errors)
-
-    def _write_wal(self, fd: int) -> None:
-        try:
-            write_batches(fd, self.schema, self._wal_batches, self._wal_first)
-        except TornWal:
-            # the torn file keeps its whole batches (and stays in _wal_paths until the
-            # seal); the next flush starts a new file
-            self._wal_seq += 1
-            self._wal_created = False
-            raise
-        finally:
-            self._wal_bytes = sum(batch.nbytes for batch in self._wal_batches)
-
-    def _replay(self) -> None:
-        for tmp in self.directory.glob(f".{_WAL_PREFIX}*{_WAL_SUFFIX}.tmp"):
-            tmp.unlink(missing_ok=True)  # a creation cut short: it acknowledged nothing
-        super()._replay()
-
-    def _wal_pattern(self) -> str:
-        return f"{_WAL_PREFIX}*{_WAL_SUFFIX}"
-
-    def _wal_seq_of(self, path: Path) -> int | None:
-        return _seq(path)
-
-    def _replay_file(self, wal: Path, newest: bool) -> int | None:
-        """Replay one framed (or pre-frame) write-ahead file; the rows buffered, or None
-        when it must stay where it is (unreadable, or its copy could not be made).
-
-        Every intact batch above the newest sealed record_seq is kept, whatever lies
-        around it.  A file with anything else in it (damage below its ack mark, a batch
-        out of range) is copied to quarantine/, the records it should have held and does
-        not are counted in `replay_lost` (the runtime's `records_lost`) and a WARNING
-        says so; only a torn frame beyond the ack mark (never acknowledged) is skipped
-        with an INFO line.  `newest` plays no part: the ack mark tells a torn write from
-        damage in any file.
-        """
-        try:
-            data = wal.read_bytes()
-        except OSError as exc:
-            log.warning("%s: write-ahead file not readable (%s); left in place", wal, exc)
-            return None
-        scan = read_wal(data, self.schema)
-        tables, lost, problems, top = check_replay(scan, self.schema, self.last_key)
-        if problems and not self._keep_damaged(wal, data, scan, lost, problems):
-            return None
-        if scan.torn:
-            log.info("%s: a torn last frame (%d bytes, never acknowledged) skipped", wal,
-                     scan.torn)
-        replayed = 0
-        for table in tables:
+    def _hold(self, scan: Replayed) -> None:
+        """A replayed file's intact batches, pending again; the numbers of records it
+        lost are not given to new ones (a record_seq names one record, the one in the
+        quarantine copy if anywhere)."""
+        for table in scan.units:
             self._buffer_table(table, int(table.column(0)[-1].as_py()))
-            replayed += table.num_rows
-        if top is not None and (self.last_key is None or top > self.last_key):
-            # the lost records' numbers are not given to new ones: a record_seq names
-            # one record, the one in the quarantine copy if anywhere
-            self.last_key = top
-        return replayed
-
-    def _keep_damaged(self, wal: Path, data: bytes, scan: WalScan, lost: int,
-                      problems: list[str]) -> bool:
-        """Copy a damaged file to quarantine/ and count and log what it lost; False when
-        the copy failed (the file then stays where it is, outside any batch)."""
-        more = "at least " if scan.acked_next is None else ""
-        try:
-            kept = keep_copy(self.directory, wal.name, data)
-        except OSError as exc:
-            log.error("%s: write-ahead file damaged (%s) and not copied to quarantine (%s); "
-                      "left in place", wal, "; ".join(problems[:3]), exc)
-            return False
-        self.replay_lost += lost
-        log.warning("%s: write-ahead file damaged (%s%s); its intact batches are kept, "
-                    "%s%d records lost; a copy is kept in %s", wal, "; ".join(problems[:3]),
-                    f"; {len(problems) - 3} more" if len(problems) > 3 else "", more,
-                    lost, kept)
-        return True
+        if scan.top is not None and (self.last_key is None or scan.top > self.last_key):
+            self.last_key = scan.top
 
     # ---- batches in ---------------------------------------------------------------
     def _buffer_table(self, table: pa.Table, last_seq: int) -> None:
@@ -274,8 +166,7 @@ class RecordStore(PortionStore):
         ticks = pa.array(np.full(rows, tick, dtype=np.int64))
         full = pa.Table.from_arrays([seq, ticks, *table.columns], schema=self.schema)
         for batch in full.to_batches():
-            self._wal_batches.append(batch)
-            self._wal_bytes += batch.nbytes
+            self.wal.codec.queue(batch)
         self._buffer_table(full, first + rows - 1)
         self.watch.dirty.add(self)
         return rows
@@ -297,8 +188,7 @@ class RecordStore(PortionStore):
                                 use_dictionary=list(self.fields),
                                 column_encoding=dict.fromkeys(RECORD_CORE_COLUMNS,
                                                               "DELTA_BINARY_PACKED"))
-        for wal in batch.wal_paths:
-            wal.unlink(missing_ok=True)
+        self.wal.release(batch.wal_paths)
         return Portion(batch.number, final, st.st_size, table.num_rows, st.st_mtime_ns)
 
 
@@ -330,102 +220,3 @@ def keep_records(runtime, tick: int, sample) -> pa.Table | None:
         log.error("%s: %d records of tick %d lost: %s", runtime.name, table.num_rows, tick,
                   exc.strerror)
     return table
-
-
-def check_replay(scan: WalScan, schema: pa.Schema, floor: int | None
-                 ) -> tuple[list[pa.Table], int, list[str], int | None]:
-    """The batches of one scanned file to keep pending, the records lost, the problems,
-    and the newest record_seq the file holds or should hold (None: nothing known).
-
-    A batch is kept when it has the store's schema and its record_seq is what a writer
-    makes: contiguous (+1 a row), above the batch before it, below RECORD_SEQ_LIMIT, and
-    as its frame header says; its rows at or below `floor` (the newest sealed, or kept
-    from an earlier file) are in a portion already and are cut off.  Any other batch is
-    set aside (a problem; its rows lost).  The records lost are those of the range the
-    file should hold (from its first record_seq, or above `floor`, up to its ack mark or
-    the newest record_seq any trusted header names) that no kept batch holds: damaged
-    frames, lost bytes and batches set aside alike.
-    """
-    problems = list(scan.damage)
-    tables: list[pa.Table] = []
-    base = -1 if floor is None else floor
-    starts = [scan.first_seq] if scan.first_seq is not None else []
-    ends = [scan.acked_next] if scan.acked_next is not None else []
-    for first, rows in scan.damaged:
-        if rows and first + rows < RECORD_SEQ_LIMIT:  # rows 0: the schema frame
-            starts.append(first)
-            ends.append(first + rows)
-    kept = 0
-    previous: int | None = None
-    for frame in scan.frames:
-        why = _batch_problem(frame, schema, previous)
-        if why:
-            problems.append(f"batch at byte {frame.offset} set aside: {why}")
-            if frame.first_seq is not None and frame.rows \
-                    and frame.first_seq + frame.rows < RECORD_SEQ_LIMIT:
-                starts.append(frame.first_seq)
-                ends.append(frame.first_seq + (frame.rows or 0))
-            continue
-        rows = frame.batch.num_rows
-        if not rows:
-            continue
-        first = int(frame.batch.column(0)[0].as_py())
-        previous = first + rows
-        starts.append(first)
-        ends.append(previous)
-        table = pa.Table.from_batches([frame.batch]).slice(max(0, base + 1 - first))
-        if table.num_rows:
-            tables.append(table)
-            kept += table.num_rows
-            base = previous - 1
-    # the file's header names its first record_seq; without it, the lowest one seen
-    start = scan.first_seq if scan.first_seq is not None else min(starts, default=0)
-    low = max(start, -1 if floor is None else floor + 1)
-    if scan.acked_next is not None and scan.acked_next > max(low, base + 1):
-        problems.append(f"records {max(low, base + 1)}..{scan.acked_next - 1} were "
-                        "acknowledged and are not there")
-    lost = max(0, max(ends, default=low) - low - kept) if problems else 0
-    top = max(ends) - 1 if ends and max(ends) > 0 else None
-    return tables, lost, problems, top
-
-
-def _batch_problem(frame: Frame, schema: pa.Schema, previous: int | None) -> str:
-    """Why a decoded batch cannot be a batch the writer wrote ('' when it can)."""
-    batch = frame.batch
-    if batch.schema != schema:
-        return "another schema"
-    seq = batch.column(0)
-    if seq.null_count:
-        return "a null record_seq"
-    if not batch.num_rows:
-        return "" if not frame.rows else "no rows where its frame says there are"
-    values = seq.to_numpy(zero_copy_only=False)
-    first, last = int(values[0]), int(values[-1])
-    if last >= RECORD_SEQ_LIMIT or first >= RECORD_SEQ_LIMIT:
-        return f"record_seq {max(first, last)} out of range"
-    if batch.num_rows > 1 and not (np.diff(values.astype(np.int64)) == 1).all():
-        return f"record_seq not contiguous ({first}..{last} over {batch.num_rows} rows)"
-    if previous is not None and first < previous:
-        return f"record_seq goes back ({first} after {previous - 1})"
-    if frame.first_seq is not None and (frame.first_seq, frame.rows) != (first,
-                                                                         batch.num_rows):
-        return "its rows are not the ones its frame header names"
-    return ""
-
-
-def _create_wal(path: Path, first_seq: int) -> None:
-    """A new write-ahead file, whole with its header, under its name in one rename."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.unlink(missing_ok=True)  # left by a crash at creation
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 0o644)
-    try:
-        os.write(fd, file_header(first_seq))
-    finally:
-        os.close(fd)
-    os.rename(tmp, path)
-
-
-def _seq(path: Path) -> int | None:
-    middle = path.name[len(_WAL_PREFIX):-len(_WAL_SUFFIX)]
-    return int(middle) if middle.isdigit() else None

@@ -2,7 +2,8 @@
 
 A store owns one directory of the state dir (a subsystem's dataset, a model's
 feedback or recommendation journal).  Rows are appended to an in-memory
-column buffer *and* to a write-ahead file (one JSON line per row).  Sealing
+column buffer *and* to a write-ahead file (one JSON line per row: the engine
+of wal.py with the codec of wal_lines.py).  Sealing
 swaps the buffer and the WAL out on the trio thread, encodes Parquet in a
 worker thread (tmp file, fsync, rename: a portion is complete before its name
 exists) and only then publishes it.  Portion numbers come from a persisted
@@ -15,9 +16,7 @@ Faults are conditions, not crashes (see docs/operators.md, limits and faults):
   files and is retried *before* any later batch: portions stay in key order, so
   replay's rule "a row at or below the newest sealed key is kept" stays true.
 - Rows no portion can hold go to `quarantine/` (quarantine.py), never dropped;
-  only a torn last line of the newest WAL (a write that never returned) is skipped.
-- No descriptor is held between writes (the WAL is opened per flush): an idle
-  store costs none (10,000 models at 2 fds each exhausted RLIMIT_NOFILE).
+  only a torn tail the writer was never told was written is skipped (wal.py).
 - A store with work to do (queued lines, pending rows, failed batches) sits in
   its `StoreWatch.dirty` set; the seal loop visits only those.
 """
@@ -25,7 +24,6 @@ Faults are conditions, not crashes (see docs/operators.md, limits and faults):
 from __future__ import annotations
 
 import errno
-import json
 import logging
 import os
 import time
@@ -35,10 +33,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from mlfs.base.durable import cut_tail, fdatasync_file, fsync_dir, write_durably
+from mlfs.base.durable import write_durably
 from mlfs.base.portion import (
     COUNTER_FILE,
-    WAL_PREFIX,
     Batch,
     Portion,
     StoreError,
@@ -52,19 +49,13 @@ from mlfs.base.portion import (
     retention_due,
     scan_portions,
     state_root,
-    wal_seq,
     write_portion_file,
 )
 from mlfs.base.shipped import ShippedCursors
 
-from .quarantine import (
-    ENCODE_ERRORS,
-    quarantine,
-    row_lines,
-    split_unencodable,
-    wal_files,
-)
-from .wal_lines import read_lines
+from .quarantine import ENCODE_ERRORS, quarantine, row_lines, split_unencodable
+from .wal import Codec, Replayed, WriteAhead
+from .wal_lines import LineCodec, encode_row
 
 log = logging.getLogger("mlfs.store")
 
@@ -88,10 +79,8 @@ class PortionStore:
         self._columns: dict[str, list] = {f.name: [] for f in schema}
         self._pending = 0
         self._oldest_pending = 0.0
-        self._wal_seq = 0
-        self._wal_buf = bytearray()  # lines not yet written to the current WAL
-        self._wal_created = False
-        self._wal_paths: list[Path] = []  # files holding the pending rows
+        #: the write-ahead files of the pending rows (wal.py), in this store's codec
+        self.wal = WriteAhead(self.directory, self._codec(), policy.durable)
         self._failed: list[Batch] = []  # in key order; retried before anything newer
         self._retry_at = 0.0
         self._flush_error: tuple[int, str] | None = None
@@ -99,13 +88,16 @@ class PortionStore:
         self.closed = False
         #: who the store belongs to, for the event announcing a new portion (None: no event)
         self.owner: StoreOwner | None = None
-        self.strict_path = self._wal_path()  # the WAL of the last strict row
+        self.strict_path = self.wal.path  # the WAL of the last strict row
         self.sealing = 0  # batches handed to a thread, not yet committed
         self.rows_total = 0
         self.sealed_total = 0
         self.removed_total = 0
         self.failures_total = 0
         self.quarantined_rows = 0
+        #: rows the write-ahead files should have held and did not, found at replay
+        #: (damaged Arrow frames: a record store's `records_lost`)
+        self.replay_lost = 0
         #: unshipped portions retention removed anyway (the fleet backlog limit)
         self.fleet_lost_total = 0
         self.last_key: int | None = None
@@ -128,85 +120,24 @@ class PortionStore:
                 self.last_key = int(top)
         self._replay()
 
-    def _replay(self) -> None:
-        """Rows of write-ahead files not yet in a portion come back pending.
+    def _codec(self) -> Codec:
+        """What this store's write-ahead files hold: JSON lines of rows."""
+        return LineCodec(self._types, self.key)
 
-        The one replay path of both kinds of store: the files are listed (anything not
-        a regular file moved to quarantine/, `wal_files`), each is read by the store's
-        codec (`_replay_file`: JSON lines here, Arrow frames in a record store), and
-        the files are kept: they hold those rows until the next portion is durable
-        (rewriting them would need space a full disk may not have).  When no row came
-        back, every row is in a portion or in quarantine already, and they go.
-        """
-        wals = wal_files(self.directory, self._wal_pattern(), self._wal_seq_of)
-        replayed = 0
-        for index, wal in enumerate(wals):
-            rows = self._replay_file(wal, newest=index == len(wals) - 1)
-            if rows is None:
-                continue  # left on disk, outside any batch: the next start tries again
-            replayed += rows
-            self._wal_paths.append(wal)
-        if wals:
-            self._wal_seq = self._wal_seq_of(wals[-1]) + 1
-        if replayed:
-            log.info("%s: %d rows recovered from the write-ahead files", self.directory,
-                     replayed)
-        else:
-            for wal in self._wal_paths:
-                wal.unlink(missing_ok=True)
-            self._wal_paths = []
-        if self._wal_paths:
+    def _replay(self) -> None:
+        """Rows of write-ahead files not yet in a portion come back pending (wal.py's
+        one replay and quarantine path, in this store's codec)."""
+        totals = self.wal.replay(lambda: self.last_key, self._hold)
+        self.quarantined_rows += totals.quarantined_lines
+        self.replay_lost += totals.lost
+        self.watch.quarantined_rows_total += totals.quarantined_lines
+        if self.wal.paths:
             self.watch.dirty.add(self)
 
-    def _wal_pattern(self) -> str:
-        """The glob naming this store's write-ahead files."""
-        return WAL_PREFIX + "*.jsonl"
-
-    def _wal_seq_of(self, path: Path) -> int | None:
-        """A write-ahead file's number, None for a name that is not one."""
-        return wal_seq(path)
-
-    def _replay_file(self, wal: Path, newest: bool) -> int | None:
-        """Replay one JSON-lines write-ahead file (wal_lines.py): the rows buffered, or
-        None when the file must stay where it is (unreadable, or its refused lines
-        could not be quarantined)."""
-        try:
-            scan = read_lines(wal.read_bytes(), self._types, newest)
-        except OSError as exc:
-            log.warning("%s: write-ahead file not readable (%s); left in place", wal, exc)
-            return None
-        if scan.torn:
-            log.info("%s: a torn last line (%d bytes, never acknowledged) skipped", wal,
-                     scan.torn)
-        for raw, why in scan.bad:
-            log.error("%s: write-ahead line refused (%s): %.200r", wal, why, raw)
-        floor = self.last_key  # keys rise: a row at or below it is already kept
-        replayed = 0
-        for row in scan.rows:
-            key = row.get(self.key)
-            if key is not None:
-                if floor is not None and key <= floor:
-                    continue  # sealed already
-                floor = key
+    def _hold(self, scan: Replayed) -> None:
+        """A replayed file's rows, pending again."""
+        for row in scan.units:
             self._buffer(row)
-            replayed += 1
-        if scan.bad and not self._quarantine_lines(wal.name, [raw for raw, _ in scan.bad]):
-            return None  # its rows are pending; the file stays for the next start
-        return replayed
-
-    def _quarantine_lines(self, name: str, lines: list[bytes]) -> bool:
-        """Keep lines no portion can hold beside the store (idempotent per WAL)."""
-        try:
-            target = quarantine(self.directory, name, lines)
-        except OSError as exc:
-            log.error("%s: %d write-ahead line(s) refused and not quarantined (%s); the "
-                      "write-ahead file is kept", self.directory, len(lines), exc)
-            return False
-        self.quarantined_rows += len(lines)
-        self.watch.quarantined_rows_total += len(lines)
-        log.error("%s: %d write-ahead line(s) quarantined in %s", self.directory, len(lines),
-                  target)
-        return True
 
     # ---- rows -------------------------------------------------------------
     @property
@@ -260,87 +191,57 @@ class PortionStore:
         carries the errno and nothing changed (the line is taken back).  The
         caller then makes it durable off the trio thread with `sync`.
         """
-        line = json.dumps(row, separators=(",", ":")).encode() + b"\n"
+        line = encode_row(row)
         if strict:
             if self.full:
                 raise StoreError(errno.ENOSPC, f"{self.waiting} rows wait to be sealed "
                                  f"(max_waiting_rows {self.policy.max_waiting_rows})")
-            self._write_strict(line)
-            self.strict_path = self._wal_path()
+            try:
+                self.strict_path = self.wal.write_now(line)
+            except OSError as exc:
+                self._fail("flush", exc)
+                code = exc.errno or errno.EIO
+                raise StoreError(code, os.strerror(code)) from exc
+            self._flushed()
         else:
-            self._wal_buf += line
+            self.wal.codec.queue(line)
             if self.policy.durable:
                 self.flush_wal()
         self._buffer(row)
         self.watch.dirty.add(self)
 
-    def _write_strict(self, line: bytes) -> None:
-        earlier = len(self._wal_buf)
-        self._wal_buf += line
-        try:
-            self.flush_wal(raise_errors=True)
-        except OSError as exc:
-            # give back what was not written; cut a half-written own line off the file
-            written = earlier + len(line) - len(self._wal_buf)
-            if written > earlier:
-                cut_tail(self._wal_path(), written - earlier)
-            del self._wal_buf[max(earlier - written, 0):]
-            raise StoreError(exc.errno or errno.EIO, os.strerror(exc.errno or errno.EIO)) \
-                from exc
-
-    def _wal_path(self) -> Path:
-        return self.directory / f"{WAL_PREFIX}{self._wal_seq}.jsonl"
-
     def flush_wal(self, raise_errors: bool = False) -> bool:
-        """Write the queued write-ahead lines with one write(2); True when all are out.
+        """Write the queued write-ahead items (wal.py); True when all are out.
 
-        An error (ENOSPC, EIO, EMFILE) keeps the unwritten bytes queued (a line
-        cut in the middle is completed by the next try, O_APPEND) and marks
+        An error (ENOSPC, EIO, EMFILE) keeps the unwritten items queued and marks
         the store failing until a flush succeeds.
         """
-        if not self._wal_waiting():
-            return True
-        path = self._wal_path()
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
-            try:
-                if not self._wal_created:
-                    self._wal_paths.append(path)
-                    self._wal_created = True
-                    if self.policy.durable:
-                        fsync_dir(self.directory)
-                self._write_wal(fd)
-            finally:
-                os.close(fd)
+            self.wal.flush()
         except OSError as exc:
             self._fail("flush", exc)
             if raise_errors:
                 raise
             return False
+        self._flushed()
+        return True
+
+    def _flushed(self) -> None:
         if self._flush_error is not None:
             self._flush_error = None
             self._update_failing("write-ahead file writable again")
-        return True
 
     def _wal_waiting(self) -> int:
         """Bytes queued for the write-ahead file."""
-        return len(self._wal_buf)
-
-    def _write_wal(self, fd: int) -> None:
-        """Write the queued bytes to `fd` (O_APPEND); what was written leaves the queue,
-        also when a later write raises."""
-        while self._wal_buf:
-            written = os.write(fd, self._wal_buf)
-            del self._wal_buf[:written]
+        return self.wal.codec.waiting()
 
     def sync(self, path: Path) -> None:
         """fdatasync a WAL file (worker thread; a writer waits for it).
 
         `path` is `strict_path` taken right after the strict append (a seal
-        may rotate the WAL meanwhile).  A WAL already removed is fine: it goes
-        only after the portion holding its rows is durable.
+        may rotate the WAL meanwhile).
         """
-        fdatasync_file(path)
+        self.wal.sync(path)
 
     def due(self, now: float | None = None) -> bool:
         now = time.monotonic() if now is None else now
@@ -355,7 +256,7 @@ class PortionStore:
     def settle(self) -> None:
         """Leave the seal loop's dirty set when nothing is left to do."""
         if not (self._wal_waiting() or self._pending or self._failed or self.sealing
-                or self.error or self._wal_paths):
+                or self.error or self.wal.paths):
             self.watch.dirty.discard(self)
 
     # ---- faults -------------------------------------------------------------
@@ -396,12 +297,9 @@ class PortionStore:
         else:
             if self._pending == 0 or not self.flush_wal():
                 return None
-            batch = Batch(self._next, self._take_pending(), self._pending, self._wal_paths)
+            batch = Batch(self._next, self._take_pending(), self._pending, self.wal.rotate())
             self._next += 1
             self._pending = 0
-            self._wal_paths = []
-            self._wal_created = False
-            self._wal_seq += 1
             self._failed.append(batch)  # until committed
         self.sealing += 1
         return batch
@@ -429,8 +327,7 @@ class PortionStore:
         if table is not None:
             st = write_portion_file(table, final)
             portion = Portion(batch.number, final, st.st_size, table.num_rows, st.st_mtime_ns)
-        for wal in batch.wal_paths:
-            wal.unlink(missing_ok=True)
+        self.wal.release(batch.wal_paths)
         return portion
 
     def _encode(self, columns: dict[str, list]) -> pa.Table:

@@ -5,8 +5,8 @@ a larger cache hits more but each KiB of it costs a little (memory taken from
 others), so the best size follows the working set.  Deterministic for a seed,
 in virtual time: `step` returns at once (`blocking = False`).
 
-The module is what the entry point names: `DESCRIPTION`, `SETTINGS`,
-`check()` and `factory()` (see docs/writing-a-backend.md).
+The module is what the entry point names; it exports `BACKEND`, one
+`mlfs.abi.Backend` (see docs/writing-a-backend.md).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import random
 
 from mlfs.abi import (
     NAME,
+    Backend,
     Knob,
     KnobValue,
     Objective,
@@ -82,3 +83,7 @@ def check(settings: dict) -> tuple[dict, list[str]]:
 def factory(settings: dict) -> list[ExampleCache]:
     kwargs, _ = check(settings)
     return [ExampleCache(**kwargs)]
+
+
+BACKEND = Backend(name="example.cache", description=DESCRIPTION, settings=SETTINGS,
+                  check=check, factory=factory, kinds=("knob",))
