@@ -1,6 +1,6 @@
 """`mlfs train`: the one parser of the trainer worker's options, and its process
 (signals, logging, the fleet policy to start from) around
-`mlfs.trainers.knob.worker.run_worker`.
+`mlfs.trainers.kinds.run_trainer`, which runs the worker of the model's kind.
 """
 
 from __future__ import annotations
@@ -127,7 +127,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     logging.getLogger("mlfs.train").debug(
         "training %s for %s/%s (seed %d, --wait %g s, --max-seconds %g)", args.model,
         args.mountpoint, args.subsystem, args.seed, args.wait, args.max_seconds)
-    from mlfs.trainers.knob.worker import BadOptions, run_worker
+    from mlfs.trainers.kinds import UnknownKind, run_trainer
+    from mlfs.trainers.knob.worker import BadOptions
     from mlfs.trainers.schedule import LEARNING_TTL
 
     initial = None
@@ -171,11 +172,11 @@ def cmd_train(args: argparse.Namespace) -> int:
         left = args.max_seconds - (time.monotonic() - started) if args.max_seconds else None
         if left is not None and left <= 0:
             return 0
-        run_worker(args.mountpoint, args.subsystem, args.model, stop=stop,
-                   max_seconds=left, seed=args.seed,
-                   learning_ttl=args.explore_ticks or LEARNING_TTL, relative=args.relative,
-                   initial_policy=initial, features=args.features)
-    except BadOptions as exc:
+        run_trainer(args.mountpoint, args.subsystem, args.model, kind=args.kind, stop=stop,
+                    max_seconds=left, seed=args.seed,
+                    learning_ttl=args.explore_ticks or LEARNING_TTL, relative=args.relative,
+                    initial_policy=initial, features=args.features)
+    except (BadOptions, UnknownKind) as exc:
         print(f"mlfs train: {exc}", file=sys.stderr)
         return 2
     finally:
@@ -190,6 +191,9 @@ def add_parser(sub) -> None:
     p.add_argument("subsystem", help="the subsystem to train for")
     p.add_argument("--model", default="lgbm", type=model_name,
                    help="the model directory to create and start (default lgbm)")
+    p.add_argument("--kind", metavar="KIND",
+                   help="the kind of model to train (default: the model's own, or the "
+                   "first of the kinds the subsystem's info lists)")
     p.add_argument("--max-seconds", type=float, default=0.0, metavar="SECONDS",
                    help="stop after this many seconds (default 0: until interrupted)")
     p.add_argument("--wait", type=nonnegative_seconds, default=60.0, metavar="SECONDS",

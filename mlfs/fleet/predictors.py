@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from collections import defaultdict
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -199,3 +201,62 @@ def _log_loss(text: str, frame: pd.DataFrame, columns: list[str]) -> tuple[float
     y = frame[LABEL].to_numpy()
     w = frame[WEIGHT].to_numpy()
     return float(-(w * (y * np.log(p) + (1 - y) * np.log(1 - p))).sum()), float(w.sum())
+
+
+def train_predictor_policy(store, subsystem: str, info: dict, pairs: set[tuple[str, str]],
+                           scheduler: str | None, *,
+                           folds: int, n_workers: int, num_boost_round: int | None, since,
+                           until, fit_timeout: float, key: Path | None, say,
+                           dashboard: str | None, started: float) -> dict:
+    """A subsystem with targets: mlfs/fleet/predictors.py on the same kind of cluster,
+    published the same way."""
+    from distributed import Client, LocalCluster
+    from lightgbm.dask import DaskLGBMClassifier as classifier
+
+    from mlfs import __version__
+
+    from .manifest import consistent, objects
+    from .train import (
+        CONNECT_TIMEOUT,
+        NETWORK_TIMEOUT_MINUTES,
+        TrainError,
+        _announce,
+        _session,
+        agreeing,
+        portion_futures,
+        publish,
+        utc,
+        watched,
+    )
+
+    paths = agreeing(consistent(store, objects(store, subsystem, "records")), pairs)
+    if not paths:
+        raise TrainError(f"{store.url}: no records of {subsystem}")
+    with _session(scheduler, n_workers, dashboard, LocalCluster) as cluster:
+        with Client(scheduler or cluster, timeout=CONNECT_TIMEOUT) as client:
+            _announce(client, scheduler, dashboard, say)
+
+            def fit(frame, columns, params):
+                sizes = frame.map_partitions(len).compute()
+                frame = frame.partitions[[i for i, n in enumerate(sizes) if n]]
+                model = classifier(client=client, random_state=0,
+                                   time_out=NETWORK_TIMEOUT_MINUTES, **params)
+                watched(client, lambda: model.fit(frame[columns], frame[LABEL]),
+                        fit_timeout, "lightgbm.dask fit")
+                return model.to_local().booster_
+
+            paths = [p for p in paths if "/kind=records/" in p]
+            futures = portion_futures(
+                client, store, paths, wanted_columns(info, since is not None or
+                                                     until is not None),
+                None if since is None else utc(since), None if until is None else utc(until),
+                say)
+            try:
+                text, card = train_predictor(client, paths, futures, info, folds=folds,
+                                             rounds=num_boost_round, fit=fit, progress=say)
+            except TooFewEvents as exc:
+                raise TrainError(f"{subsystem}: {exc}; nothing published") from exc
+    card = dict(card, subsystem=subsystem, mlfs_version=__version__,
+                scheduler=scheduler or f"LocalCluster({n_workers} workers)",
+                seconds=round(time.perf_counter() - started, 3))
+    return publish(store, subsystem, text, card, key)

@@ -47,12 +47,10 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 
-from mlfs import __version__
 from mlfs.base.verifier import verify
-from mlfs.trainers.knob.learner import KnobLearner
 
+from .kinds import FLEET_KINDS, kind_of
 from .layout import (
     INFO,
     MAX_DOCUMENT_BYTES,
@@ -61,7 +59,6 @@ from .layout import (
     policy_path,
     policy_version,
 )
-from .manifest import consistent, objects
 from .store import Store
 
 log = logging.getLogger("mlfs.fleet")
@@ -131,20 +128,6 @@ def agreeing(paths: list[str], pairs: set[tuple[str, str]]) -> list[str]:
         if (parts.get("subsystem"), parts.get("host")) in pairs:
             out.append(path)
     return out
-
-
-def _aligned(frame: pd.DataFrame, info: Mapping[str, Any]) -> pd.DataFrame:
-    """One portion's rows as the local learner trains on them (a map_partitions step)."""
-    learner = KnobLearner(info, window=len(frame) + 1, feedback_window=1)
-    columns = learner.columns + [LABEL, WEIGHT, HOST]
-    if len(frame):
-        learner.add_dataset(pa.Table.from_pandas(frame, preserve_index=False))
-    X, y, w = learner.training_rows()
-    out = pd.DataFrame(X, columns=learner.columns)
-    out[LABEL] = y
-    out[WEIGHT] = w
-    out[HOST] = frame[HOST].iloc[0] if len(frame) and len(y) else ""
-    return out[columns]
 
 
 def next_version(store: Store, subsystem: str, trusted: list | None = None) -> int:
@@ -246,132 +229,30 @@ def train(url: str, subsystem: str, scheduler: str | None = None, *, folds: int 
           since: pd.Timestamp | None = None, until: pd.Timestamp | None = None,
           fit_timeout: float = FIT_TIMEOUT, key: Path | None = None,
           progress: Callable[[str], None] | None = None,
-          dashboard: str | None = None) -> dict:
-    """Train and publish one fleet policy; returns its card.
+          dashboard: str | None = None, kind: str | None = None) -> dict:
+    """Train and publish one fleet policy of the subsystem's kind (`kinds.kind_of`:
+    `kind`, else the first its hosts' `info` lists); returns its card.
 
     `since` / `until` keep the rows with `since <= ts < until` (applied as
     each portion is read on a worker).  Any failure of the cluster is a TrainError
     with a one-line reason, raised before anything is published.  `progress` gets
     one line per stage; `dashboard` (HOST:PORT) is where a LocalCluster serves
     Dask's dashboard (a named scheduler serves its own)."""
-    import dask
-    from distributed import Client, LocalCluster
-    from lightgbm.dask import DaskLGBMClassifier, DaskLGBMRegressor
-
     started = time.perf_counter()
     if key is not None:  # a key refused for its mode or type: before hours of training
         from .signing import load_private
 
         load_private(key)
     say = Progress(progress, started) if progress else _quiet
-    timings: dict[str, float] = {}
     store = Store(url)
     info, pairs = load_infos(store, subsystem)
-    if info.get("targets"):
-        return _train_predictor(store, subsystem, info, pairs, scheduler, folds=folds,
-                                n_workers=n_workers, num_boost_round=num_boost_round,
-                                since=since, until=until, fit_timeout=fit_timeout, key=key,
-                                say=say, dashboard=dashboard, started=started,
-                                classifier=DaskLGBMClassifier)
-    probe = KnobLearner(info)
-    rounds = num_boost_round or probe.num_boost_round
-    wanted = sorted({"tick", "ts", "objective", HOST, *probe.feature_columns,
-                     *probe.knob_columns})
-    # the manifests' complete objects whose rows carry the host their path names
-    paths = agreeing(consistent(store, objects(store, subsystem, "dataset")), pairs)
-    if not paths:
-        raise TrainError(f"{url}: no dataset rows of {subsystem}")
-    since = None if since is None else utc(since)
-    until = None if until is None else utc(until)
-    with _session(scheduler, n_workers, dashboard, LocalCluster) as cluster:
-        with Client(scheduler or cluster, timeout=CONNECT_TIMEOUT) as client:
-            _announce(client, scheduler, dashboard, say)
-            raw = read_portions(client, store, paths, wanted, since, until, say)
-            meta = _aligned(raw._meta, info)
-            rows = raw.map_partitions(_aligned, info, meta=meta)
-            # one part per portion is many small parts; lightgbm.dask pays per part
-            rows = rows.repartition(npartitions=max(1, min(rows.npartitions,
-                                                           4 * n_workers)))
-            timings["read_align"] = time.perf_counter() - started
-            # one graph: the portions are read once for rows, hosts and time range
-            # (value_counts is a tree reduction; groupby().size() shuffled, 9 s)
-            lo, hi, per_host = dask.compute(raw.ts.min(), raw.ts.max(),
-                                            rows[HOST].value_counts())
-            per_host = per_host.sort_index()
-            per_host = per_host[per_host.index != ""]
-            say(f"alignment: {int(per_host.sum())} training rows, {len(per_host)} hosts")
-            # values bounded before training: a label beyond LABEL_BOUND x the fleet's
-            # median magnitude is not a measurement (1e12 from a rogue host made a leaf
-            # of 1.38e11 that every puller would have installed): dropped, counted
-            median = float(rows[LABEL].abs().quantile(0.5).compute())
-            bound = LABEL_BOUND * max(median, 1e-12)
-            kept = rows[np.isfinite(rows[LABEL]) & (rows[LABEL].abs() <= bound)]
-            out_of_bounds = int((rows[LABEL].abs() > bound).sum().compute())
-            if out_of_bounds:
-                log.warning("%s: %d rows with a label beyond %g (x%g the median) left out",
-                            subsystem, out_of_bounds, bound, LABEL_BOUND)
-            rows = kept.persist()
-            if per_host.sum() < 20:
-                raise TrainError(f"{subsystem}: {int(per_host.sum())} training rows; need 20")
-            hosts = list(per_host.index)
-            params = dict(probe.params, n_estimators=rounds, time_out=NETWORK_TIMEOUT_MINUTES)
-            params.pop("num_threads", None)
-            params.pop("seed", None)
-
-            def fit(frame):
-                # lightgbm.dask refuses an empty part ("Input data must be 2
-                # dimensional and non empty"): holding a host out empties some
-                sizes = frame.map_partitions(len).compute()
-                frame = frame.partitions[[i for i, n in enumerate(sizes) if n]]
-                model = DaskLGBMRegressor(client=client, random_state=probe.seed, n_jobs=1,
-                                          **params)
-                watched(client, lambda: model.fit(frame[probe.columns], frame[LABEL],
-                                                  sample_weight=frame[WEIGHT]),
-                        fit_timeout, "lightgbm.dask fit")
-                return model.to_local().booster_
-
-            timings["summaries"] = time.perf_counter() - started
-            validation: dict[str, float] = {}
-            errors: list[np.ndarray] = []
-            if len(hosts) >= 2:
-                chosen = hosts[:folds]
-                for k, held in enumerate(chosen, start=1):
-                    say(f"fold {k}/{len(chosen)}: holding out host {held}")
-                    booster = fit(rows[rows[HOST] != held])
-                    local = rows[rows[HOST] == held].compute()
-                    pred = booster.predict(local[probe.columns].to_numpy())
-                    err = np.abs(local[LABEL].to_numpy() - pred)
-                    validation[held] = float(err.mean())
-                    errors.append(err)
-            timings["validation"] = time.perf_counter() - started
-            say(f"fit: {int(per_host.sum())} rows, {len(hosts)} hosts")
-            booster = fit(rows)
-            timings["fit"] = time.perf_counter() - started
-    text = booster.model_to_string()
-    gains = booster.feature_importance("gain")
-    card = {
-        "subsystem": subsystem,
-        "mlfs_version": __version__,
-        "rows": int(per_host.sum()),
-        "rows_out_of_bounds": out_of_bounds,
-        "hosts": {h: int(n) for h, n in per_host.items()},
-        "time_range": [pd.Timestamp(lo).isoformat(), pd.Timestamp(hi).isoformat()],
-        "validation": {
-            "method": "leave one host out",
-            # None with one host: no machine left to hold out
-            "mae": float(np.concatenate(errors).mean()) if errors else None,
-            "mae_per_host": validation,
-        },
-        "feature_importance_gain": {n: float(g) for n, g in
-                                    zip(booster.feature_name(), gains, strict=True)},
-        "columns": probe.columns,
-        "objective": info.get("objective"),
-        "params": {k: v for k, v in params.items() if isinstance(v, int | float | str)},
-        "scheduler": scheduler or f"LocalCluster({n_workers} workers)",
-        "seconds": round(time.perf_counter() - started, 3),
-        "seconds_after": {k: round(v, 3) for k, v in timings.items()},
-    }
-    return publish(store, subsystem, text, card, key)
+    chosen = FLEET_KINDS.get(kind_of(info, kind))
+    if chosen is None:
+        raise TrainError(f"{subsystem}: no fleet training for kind {kind_of(info, kind)!r}")
+    return chosen.load()(store, subsystem, info, pairs, scheduler, folds=folds,
+                         n_workers=n_workers, num_boost_round=num_boost_round, since=since,
+                         until=until, fit_timeout=fit_timeout, key=key, say=say,
+                         dashboard=dashboard, started=started)
 
 
 @contextlib.contextmanager
@@ -463,51 +344,6 @@ def read_portions(client, store: Store, paths: list[str], columns: list[str], si
     futures = portion_futures(client, store, paths, columns, since, until, say)
     meta = futures[0].result().iloc[:0]
     return dd.from_delayed(futures, meta=meta, verify_meta=False)
-
-
-def _train_predictor(store: Store, subsystem: str, info: dict, pairs: set[tuple[str, str]],
-                     scheduler: str | None, *,
-                     folds: int, n_workers: int, num_boost_round: int | None, since, until,
-                     fit_timeout: float, key: Path | None, say, dashboard: str | None,
-                     started: float, classifier) -> dict:
-    """A subsystem with targets: mlfs/fleet/predictors.py on the same kind of cluster,
-    published the same way."""
-    from distributed import Client, LocalCluster
-
-    from .predictors import LABEL as P_LABEL
-    from .predictors import TooFewEvents, train_predictor, wanted_columns
-
-    paths = agreeing(consistent(store, objects(store, subsystem, "records")), pairs)
-    if not paths:
-        raise TrainError(f"{store.url}: no records of {subsystem}")
-    with _session(scheduler, n_workers, dashboard, LocalCluster) as cluster:
-        with Client(scheduler or cluster, timeout=CONNECT_TIMEOUT) as client:
-            _announce(client, scheduler, dashboard, say)
-
-            def fit(frame, columns, params):
-                sizes = frame.map_partitions(len).compute()
-                frame = frame.partitions[[i for i, n in enumerate(sizes) if n]]
-                model = classifier(client=client, random_state=0,
-                                   time_out=NETWORK_TIMEOUT_MINUTES, **params)
-                watched(client, lambda: model.fit(frame[columns], frame[P_LABEL]),
-                        fit_timeout, "lightgbm.dask fit")
-                return model.to_local().booster_
-
-            paths = [p for p in paths if "/kind=records/" in p]
-            futures = portion_futures(
-                client, store, paths, wanted_columns(info, since is not None or
-                                                     until is not None),
-                None if since is None else utc(since), None if until is None else utc(until),
-                say)
-            try:
-                text, card = train_predictor(client, paths, futures, info, folds=folds,
-                                             rounds=num_boost_round, fit=fit, progress=say)
-            except TooFewEvents as exc:
-                raise TrainError(f"{subsystem}: {exc}; nothing published") from exc
-    card = dict(card, subsystem=subsystem, mlfs_version=__version__,
-                scheduler=scheduler or f"LocalCluster({n_workers} workers)",
-                seconds=round(time.perf_counter() - started, 3))
-    return publish(store, subsystem, text, card, key)
 
 
 def publish(store: Store, subsystem: str, text: str, card: Mapping[str, Any],

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Mapping
 
 from mlfs.base.hostid import host_id
 from mlfs.base.portion import Portion
+from mlfs.core.models.kinds import kind_of
 from mlfs.core.models.proxy import ModelProxy
 from mlfs.core.mount.control import Control
 from mlfs.core.mount.runtime import SubsystemRuntime
@@ -215,32 +216,69 @@ class ReportsDir(Dir):
         return out
 
 
-class ModelDir(Dir):
-    def __init__(self, tree: Tree, parent: ModelsDir, proxy: ModelProxy) -> None:
+class ModelFiles(Dir):
+    """The files of one model proxy, shown in its `ModelDir`.  Writing `kind` replaces
+    the proxy (a model never started becomes another kind) but not the directory: the
+    directory then shows a new `ModelFiles`, and this one's nodes are dead (ENOENT)."""
+
+    def __init__(self, tree: Tree, parent: ModelDir, proxy: ModelProxy) -> None:
         super().__init__(tree, proxy.name, parent)
         self.proxy = proxy
         control = tree.control
         add = self.add
         add(Attr(tree, "control", self, write=lambda d: control.model_control(proxy, d)))
         add(Attr(tree, "state", self, read=lambda: proxy.state + "\n"))
+        add(Attr(tree, "kind", self, read=lambda: proxy.kind + "\n",
+                 write=lambda d: control.set_kind(proxy, d)))
         add(Attr(tree, "mode", self, read=lambda: proxy.mode + "\n",
                  write=lambda d, uid: control.set_mode(proxy, d, uid), caller=True))
         add(Attr(tree, "mode_switching", self, read=lambda: proxy.mode_switching + "\n"))
-        add(Attr(tree, "knobs", self, read=lambda: " ".join(proxy.controlled) + "\n",
-                 write=lambda d: control.set_knobs(proxy, d)))
         add(Attr(tree, "recommend", self, write=lambda d: control.recommend(proxy, d)))
         add(Attr(tree, "policy", self, read=proxy.policy_text,
                  write=lambda d: control.upload_policy(proxy, d), buffered=True))
         add(Attr(tree, "efficiency", self, read=proxy.efficiency_text))
         add(Attr(tree, "errors", self, read=proxy.errors_text))
-        if hasattr(proxy, "alerts_text"):  # a predictor: the alerts its mode raised
-            add(Attr(tree, "alerts", self, read=proxy.alerts_text))
+        for file in kind_of(proxy).files:  # the kind's own files (kinds.ModelKind.files)
+            add(Attr(tree, file.name, self,
+                     read=None if file.read is None else functools.partial(file.read, proxy),
+                     write=None if file.write is None
+                     else functools.partial(file.write, control, proxy)))
         for name, portions in proxy.portion_views().items():
             add(PortionDir(tree, name, self, portions))
 
+    @property
+    def path(self) -> str:
+        return self.parent.path
+
     def alive(self) -> bool:
-        parent = self.parent
-        return parent.runtime.models.get(self.proxy.name) is self.proxy and parent.alive()
+        return self.parent.files is self and self.parent.alive()
+
+
+class ModelDir(Dir):
+    """One model's directory: the same node while the model lives, whatever its kind."""
+
+    def __init__(self, tree: Tree, parent: ModelsDir, proxy: ModelProxy) -> None:
+        super().__init__(tree, proxy.name, parent)
+        #: the model's identity: a kind change keeps it, a re-created model gets a new one
+        self.generation = proxy.generation
+        self.files = ModelFiles(tree, self, proxy)
+
+    @property
+    def proxy(self) -> ModelProxy:
+        return self.files.proxy
+
+    def current(self) -> ModelProxy | None:
+        proxy = self.parent.runtime.models.get(self.name)
+        return proxy if proxy is not None and proxy.generation == self.generation else None
+
+    def children(self) -> dict[str, Node]:
+        proxy = self.current()
+        if proxy is not None and proxy is not self.files.proxy:  # its kind changed
+            self.files = ModelFiles(self.tree, self, proxy)
+        return self.files.fixed
+
+    def alive(self) -> bool:
+        return self.current() is not None and self.parent.alive()
 
 
 class ModelsDir(Dir):
@@ -257,7 +295,7 @@ class ModelsDir(Dir):
     def children(self) -> dict[str, Node]:
         models = self.runtime.models
         out: dict[str, Node] = {}
-        for name in [n for n in self._nodes if models.get(n) is not self._nodes[n].proxy]:
+        for name in [n for n in self._nodes if self._nodes[n].current() is None]:
             self._nodes.pop(name)
         for name in sorted(models):
             node = self._nodes.get(name)

@@ -39,7 +39,8 @@ from mlfs.trainers.predictor.learner import challenge, fit_predictor
 
 from mlfs.abi import window_features
 from mlfs.base.outcomes import efficiency
-from mlfs.core.models.predictor_proxy import ALERT_THRESHOLD, PredictionPolicy
+from mlfs.core.models.kinds.predictor.inputs import PredictionPolicy
+from mlfs.core.models.kinds.predictor.proxy import ALERT_THRESHOLD
 from tests.bench.predict import FEATURES, HORIZON, evaluate, judged_rows, simulate, subset
 
 FLEET_SEEDS_FROM = 2000

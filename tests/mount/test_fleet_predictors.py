@@ -108,7 +108,7 @@ def stage_lines(stderr: str) -> list[str]:
 def test_a_fleet_predictor_is_trained_on_real_workers_calibrated_and_says_its_stages(
         disks_store, tmp_path):
     from mlfs.base.verifier import gives_probability
-    from mlfs.core.models.predictor_proxy import PredictionPolicy
+    from mlfs.core.models.kinds.predictor.inputs import PredictionPolicy
 
     store, info = disks_store
     with dask_cluster(tmp_path) as address:

@@ -47,7 +47,7 @@ def test_the_trainers_fit_names_window_features_the_proxy_computes_the_same_way(
     from mlfs.trainers.predictor.learner import fit_predictor
 
     from mlfs.abi import WindowState
-    from mlfs.core.models.predictor_proxy import PredictionPolicy
+    from mlfs.core.models.kinds.predictor.inputs import PredictionPolicy
 
     pop = DrivePopulation(drives=2000, seed=3)
     days = [pop.day() for _ in range(240)]

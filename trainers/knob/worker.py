@@ -658,14 +658,6 @@ class _Worker:
         return out
 
 
-def _has_targets(mountpoint: str, subsystem: str) -> bool:
-    try:
-        return bool(json.loads(client.read_attr(Path(mountpoint) / subsystem / "info"))
-                    .get("targets"))
-    except (OSError, ValueError):
-        return False  # not there yet: the knob worker waits for it as it always did
-
-
 def run_worker(
     mountpoint: str,
     subsystem: str,
@@ -696,13 +688,6 @@ def run_worker(
     """
     if not NAME.fullmatch(model):
         raise ValueError(f"model name {model!r} is not [a-z0-9][a-z0-9._-]{{0,63}}")
-    entered = time.monotonic()
-    if _has_targets(mountpoint, subsystem):  # a predictor, not a knob model
-        from mlfs.trainers.predictor.worker import run_predictor
-
-        left = None if max_seconds is None else max_seconds - (time.monotonic() - entered)
-        return run_predictor(mountpoint, subsystem, model, stop=stop, max_seconds=left,
-                             log=log, seed=seed, initial_policy=initial_policy)
     worker = _Worker(mountpoint, subsystem, model, stop or threading.Event(), log,
                      prepare_seconds, seed, learning_ttl, relative, initial_policy, features)
     stats = worker.run(max_seconds)

@@ -1,10 +1,16 @@
-"""The ML model proxy: the kernel-side representative of one user-space model.
+"""The model proxy every kind of model shares: the kernel-side representative of one
+user-space model.
 
-It owns the model's lifecycle (initialized -> started -> running -> stopped),
-its mode (emergency, learning, collaboration, recommendation; automatic or
-pinned), the recommendations it accepted, the policy it runs, the efficiency
-window, the feedback it writes back and the journal of every input.  It never
-waits for a trainer: a tick with nothing valid to apply runs the default.
+It owns what does not depend on what the model does: the lifecycle
+(initialized -> started -> running -> stopped), the mode (emergency, learning,
+collaboration, recommendation; automatic or pinned) and its machine, the journal of
+every input written into `recommend`, the `errors` of refused inputs, the policy it
+runs (verified and checked out of process: `InstalledPolicy`), the feedback store
+and the trainer-silence timer.  What an input means, how a policy is built, what
+the model does on a tick and how it is measured belong to its kind
+(`mlfs.core.models.kinds`: one entry and one folder per kind, e.g.
+`knob/proxy.py`, `predictor/proxy.py`).  A kind subclasses `ModelProxy` and fills
+in the hooks marked below; it never waits for a trainer.
 """
 
 from __future__ import annotations
@@ -13,38 +19,27 @@ import collections
 import errno
 import logging
 import math
-import time
-import zlib
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 
 import pyarrow as pa
 
-from mlfs.abi import KnobValue, Settling, knob_column
+from mlfs.abi import KnobValue, Subsystem
 from mlfs.base.clock import rfc3339
 from mlfs.base.durable import set_aside
 from mlfs.base.errors import Refused, busy, error_line, invalid
 from mlfs.base.portion import Portion, StoreError, StoreOwner, errno_name
-from mlfs.base.text import decode_text, escape_input, one_word, parse_recommendations
+from mlfs.base.text import escape_input, one_word
 from mlfs.core.mount.context import ModelOwner
 from mlfs.core.storage.store import PortionStore
 
-from .decision import Decision, Recommendation
-from .efficiency import EfficiencyStats, EfficiencyWindow
-from .episodes import Hold, Interleaving, episode_ticks, pair_span
+from .decision import Decision
+from .efficiency import EfficiencyStats
 from .installed_policy import InstalledPolicy
 from .journal import Journal
-from .model_files import (
-    MODES,
-    POLICY_FILE,
-    feedback_schema,
-    read_back_settings,
-    save_settings,
-)
+from .model_files import MODES, POLICY_FILE, read_back_settings, save_settings
 from .modes import ModeMachine
-from .policy import Policy, PolicyRemoved
-from .safe_set import RESTRICTED_MODES, SafeSet
 
 log = logging.getLogger("mlfs.proxy")
 
@@ -54,6 +49,11 @@ ROOT_ONLY_PINS = frozenset({"recommendation"})
 
 
 class ModelProxy:
+    """What every kind of model shares; a kind subclasses it (`kinds.ModelKind.proxy`)."""
+
+    #: the kind's name, its key in `mlfs.core.models.kinds.KINDS` (set by each kind)
+    kind = ""
+
     def __init__(self, runtime: ModelOwner, name: str, directory: Path,
                  generation: int) -> None:
         self.runtime = runtime
@@ -74,16 +74,12 @@ class ModelProxy:
         #: the mode, its pin and why it is in emergency (`mode`, `pinned`, `emergency_cause`)
         self.modes = ModeMachine(self.config, self.bus, runtime.name, name,
                                  lambda: runtime.next_tick)
-        self.controlled: list[str] = list(runtime.subsystem.knobs)
+        #: the knobs this model controls (a kind that sets none keeps it empty)
+        self.controlled: list[str] = self.default_controlled(runtime.subsystem)
         self.errors: collections.deque[str] = collections.deque(maxlen=ERRORS_KEPT)
-        self.window = EfficiencyWindow(max(self.config.window_ticks, self.config.evidence_ticks),
-                                      runtime.subsystem.objective.goal,
-                                      self.config.unstable_baseline_ratio)
+        #: the efficiency window the mode machine decides on (the kind's own measure)
+        self.window = self._new_window()
         self.modes.on_switch = self.window.restart
-        #: what the policy may choose in collaboration and recommendation
-        self.safe = SafeSet()
-        self._knob_columns = [knob_column(name) for name in runtime.subsystem.knobs]
-        self.current: Recommendation | None = None
         #: the policy it runs (`policy`), kept in policy.txt
         self.installed = InstalledPolicy(
             directory / POLICY_FILE, self._build_policy, self.errors, f"{runtime.name}/{name}",
@@ -92,25 +88,61 @@ class ModelProxy:
         #: the mount's, time.monotonic unless a test drives it in virtual time
         self.clock = runtime.mount.clock
         self.last_trainer_input = self.clock()
-        # knobs with carry-over (Knob.settle_ticks): episodes and settling ticks
-        self._settle = {name: knob.settle_ticks for name, knob in runtime.subsystem.knobs.items()}
-        self.settling = Settling(self._settle)
-        self.interleaving = Interleaving(zlib.crc32(name.encode()))
-        self.policy_hold = Hold()
-        self.window.max_span = pair_span(self.carry_over())
         self.ml_ticks = 0
         self.default_ticks = 0
         self.errors_abs_sum = 0.0  # feedback |observed - expected|, for metrics
         self.errors_count = 0
+        self._setup()
         self._load()
         if runtime.mount.emergency_pinned:  # created (or reloaded) under the pin
             self.modes.operator_pin(quietly=True)
 
-    #: what the model's recommendations are: knob settings (a predictor: predictions)
-    kind = "knobs"
+    # ---- what a kind fills in ----------------------------------------------------
+    def _setup(self) -> None:
+        """The kind's own attributes, made before the saved state is read back."""
+
+    @classmethod
+    def default_controlled(cls, subsystem: Subsystem) -> list[str]:
+        """The knobs a new model of this kind controls (none unless it sets knobs)."""
+        return []
 
     def _feedback_schema(self, runtime: ModelOwner) -> pa.Schema:
-        return feedback_schema(runtime)
+        raise NotImplementedError
+
+    def _new_window(self):
+        """The efficiency window: `stats(since)`, `restart(tick)`, `flush()`, `max_span`."""
+        raise NotImplementedError
+
+    def _build_policy(self, text: bytes):
+        """Verify and load an uploaded policy (Refused when it does not fit the kind)."""
+        raise NotImplementedError
+
+    def _parse_recommend(self, data: bytes) -> list:
+        """A whole write to `recommend`, checked (Refused on the first bad line); each
+        item has `line`, `expect` and `ttl`."""
+        raise NotImplementedError
+
+    def _accept(self, parsed, rec_id: int) -> None:
+        """A journaled input takes effect."""
+        raise NotImplementedError
+
+    def _on_stop(self) -> None:
+        """The model stops: let go of what it holds (its feedback window is flushed)."""
+
+    # the tick, for a kind whose models set knobs (`ModelKind.sets_knobs`)
+    def expire(self, tick: int) -> None:
+        """Inputs whose ttl ran out end before the tick is planned."""
+
+    def wants_ml(self) -> bool:
+        return False
+
+    def decide(self, tick: int, features: dict | None, current: dict[str, KnobValue]
+               ) -> Decision | None:
+        return None
+
+    def record(self, tick: int, ts: int, decision: Decision | None, objective: float,
+               knobs: dict[str, KnobValue], features: dict | None) -> None:
+        """The tick's dataset row (a kind that sets knobs learns from it)."""
 
     # ---- persistence ------------------------------------------------------
     def _load(self) -> None:
@@ -212,7 +244,7 @@ class ModelProxy:
         return self.installed.text()
 
     @property
-    def policy(self) -> Policy | None:
+    def policy(self):
         return self.installed.policy
 
     # ---- refusals ---------------------------------------------------------
@@ -243,12 +275,13 @@ class ModelProxy:
     def stop(self) -> None:
         if not self.active:
             return
-        if self.current is not None:
-            self._finish(self.current, "ignored", "model stopped")
-            self.current = None
+        self._on_stop()
         self._write_feedback(self.window.flush())
         self._set_state("stopped")
         self.runtime.subsystem.release(list(self.controlled))
+
+    def _write_feedback(self, pairs: list) -> None:
+        """Feedback the window completed (a kind whose window completes rows)."""
 
     def _set_state(self, new: str) -> None:
         old, self.state = self.state, new
@@ -260,29 +293,6 @@ class ModelProxy:
         self.stop()
         self.journal.close()
         self.feedback.close()
-
-    # ---- knobs and mode attributes ----------------------------------------
-    def set_knobs(self, data: bytes) -> None:
-        try:
-            names = decode_text(data).split()
-            if not names:
-                raise invalid("knobs takes one or more knob names")
-            for name in names:
-                if name not in self.runtime.subsystem.knobs:
-                    raise invalid(f"unknown knob {name!r}")
-            if len(set(names)) != len(names):
-                raise invalid("a knob is named twice")
-            if self.active:
-                owner = self.runtime.owner_conflict(self, names)
-                if owner:
-                    raise busy(f"knob {owner[0]!r} is controlled by started model {owner[1]!r}")
-        except Refused as exc:
-            raise self.refuse("knobs", data, exc) from None
-        self.controlled = [k for k in self.runtime.subsystem.knobs if k in names]
-        if self.current is not None and set(self.current.knobs) - set(self.controlled):
-            self._finish(self.current, "ignored", "knobs changed")
-            self.current = None
-        self._save()
 
     def set_mode(self, data: bytes, uid: int = 0) -> None:
         """A write to `mode`: pin one, or `auto`.  Pinning `recommendation` (past the
@@ -305,11 +315,6 @@ class ModelProxy:
                  strict: bool = False) -> int:
         return self.journal.write(status, rec_id, line, reason, self.runtime.next_tick,
                                   expect, ttl, strict)
-
-    def _finish(self, rec: Recommendation, status: str, reason: str) -> None:
-        self._journal(status, rec.id, rec.line, reason, rec.expect, rec.ttl)
-        self.bus.publish(self.runtime.name, "recommendation", model=self.name, id=rec.id,
-                         status=status, reason=reason)
 
     def recommend(self, data: bytes) -> list[int]:
         """Check a whole write; journal and publish; return accepted ids.
@@ -354,21 +359,9 @@ class ModelProxy:
         self._heard_from_trainer("recommendation")
         return ids
 
-    def _parse_recommend(self, data: bytes) -> list:
-        """A whole write to `recommend`, checked (Refused on the first bad line)."""
-        return parse_recommendations(data, self.runtime.subsystem.knobs, set(self.controlled))
-
-    def _accept(self, parsed, rec_id: int) -> None:
-        """A journaled recommendation takes effect: it is the one in force from now on."""
-        rec = Recommendation(rec_id, parsed.line, parsed.knobs, parsed.expect, parsed.ttl,
-                             self.runtime.next_tick, time.monotonic_ns())
-        if self.current is not None and self.current.valid_at(self.runtime.next_tick):
-            self._finish(self.current, "superseded", f"superseded by {rec_id}")
-        self.current = rec
-
     @property
     def journal_wal(self):
-        """The write-ahead file holding the last accepted recommendation (`sync_journal`)."""
+        """The write-ahead file holding the last accepted input (`sync_journal`)."""
         return self.journal.strict_path
 
     def sync_journal(self, wal) -> None:
@@ -377,24 +370,16 @@ class ModelProxy:
 
     def withdraw(self, ids: list[int], reason: str) -> None:
         """Accepted rows whose write failed after all: no longer in effect."""
-        if self.current is not None and self.current.id in ids:
-            self._finish(self.current, "ignored", reason)
-            self.current = None
 
     def _heard_from_trainer(self, what: str) -> None:
         self.last_trainer_input = self.clock()
         self.modes.trainer_back(what)
 
-    def check_policy(self, text: bytes) -> Policy:
+    def check_policy(self, text: bytes):
         """Verify and check `text` out of process (any thread); changes nothing."""
         return self.installed.check(text)
 
-    def _build_policy(self, text: bytes) -> Policy:
-        subsystem = self.runtime.subsystem
-        return Policy(text, subsystem.knobs, list(self.controlled),
-                      list(self.runtime.feature_columns), subsystem.objective.goal)
-
-    def set_policy(self, text: bytes, policy: Policy | None = None) -> None:
+    def set_policy(self, text: bytes, policy=None) -> None:
         """Install a policy from `check_policy` (trio thread); empty text removes it."""
         if self.destroyed:  # removed while its upload was being checked
             raise Refused(errno.ENODEV, "the model was removed while its policy was checked")
@@ -404,120 +389,6 @@ class ModelProxy:
 
     def _remove_policy(self, reason: str) -> None:
         self.installed.drop(reason)
-
-    # ---- the tick ---------------------------------------------------------
-    def share(self) -> float:
-        config = self.config
-        return {
-            "emergency": 0.0,
-            "learning": config.learning_share,
-            "collaboration": config.collaboration_share,
-            "recommendation": 1.0 - config.recommendation_probe,
-        }[self.mode]
-
-    def carry_over(self) -> int:
-        """The longest carry-over (settle_ticks) of the knobs this model controls."""
-        return max((self._settle[k] for k in self.controlled), default=0)
-
-    def episode_ticks(self) -> int:
-        """Ticks per episode: 1, or 2k when a controlled knob carries over k ticks."""
-        return episode_ticks(self.carry_over())
-
-    def wants_ml(self) -> bool:
-        """Deterministic interleaving at the mode's share (`Interleaving`).
-
-        It decides per episode (`episode_ticks`, one tick unless a controlled
-        knob carries over: efficiency.py says why).
-        """
-        settle = self.carry_over()
-        self.window.max_span = pair_span(settle)
-        return self.interleaving(self.share(), settle)
-
-    def expire(self, tick: int) -> None:
-        rec = self.current
-        if rec is not None and not rec.valid_at(tick):
-            self._finish(rec, "expired", f"ttl {rec.ttl} ticks ran out")
-            self.current = None
-
-    def decide(self, tick: int, features: dict | None, current: dict[str, KnobValue]
-               ) -> Decision | None:
-        """What ML wants on this tick, or None (then the default runs)."""
-        rec = self.current
-        use_rec = rec is not None and (self.policy is None
-                                       or rec.accepted_ns >= self.installed.loaded_ns)
-        if use_rec:
-            if not rec.applied:
-                rec.applied = True
-                self._finish(rec, "applied", f"tick {tick}")
-            return Decision(dict(rec.knobs), rec.expect, "recommendation", rec.id)
-        if self.policy is not None and features is not None:
-            allowed = None
-            if self.mode in RESTRICTED_MODES and self.modes.switching == "auto":
-                allowed = self.safe.allowed(self.policy.candidates, self.policy.grid_shape,
-                                            self.policy.is_default)
-            try:
-                # collaboration's pairs resolve within a tick or two: there a tie steps
-                # toward what the policy wants (recommendation's runs of ML ticks would
-                # try each step for a whole run)
-                knobs, expected = self.policy.decide(features, current, allowed,
-                                                     toward_wanted=self.mode == "collaboration")
-            except PolicyRemoved as exc:
-                self._remove_policy(exc.reason)
-                return None
-            except Exception as exc:  # a policy must never stop the tick loop
-                self._remove_policy(f"failed: {type(exc).__name__}: {str(exc)[:200]}")
-                return None
-            if self.carry_over():
-                knobs, expected = self.policy_hold(tick, knobs, expected, self.episode_ticks(),
-                                            current)
-            return Decision(dict(knobs), expected, "policy", None)
-        return None
-
-    def record(self, tick: int, ts: int, decision: Decision | None, objective: float,
-               knobs: dict[str, KnobValue], features: dict | None) -> None:
-        """After the tick ran: update the window, write feedback, maybe switch mode.
-
-        An ML tick's feedback row waits for the next default tick, which
-        completes its baseline (see efficiency.py); then it is written.
-        Ticks a carry-over knob's change still settles are written but not
-        counted in the efficiency.
-        """
-        settling = self.settling(knobs)
-        if decision is None:
-            self.default_ticks += 1
-            if not settling:
-                self.safe.default_tick(objective)
-            self._write_feedback(self.window.add_default(tick, objective, settling))
-            return
-        self.ml_ticks += 1
-        self.modes.ml_since_transition += 1
-        if self.state == "started":
-            self._set_state("running")
-        expected = decision.expected
-        row = {
-            "tick": tick, "ts": ts, "model": self.name, "source": decision.source,
-            "recommendation_id": decision.recommendation_id,
-            "expected": expected, "observed": objective,
-            "error": None if expected is None else objective - expected,
-        }
-        for name, value in knobs.items():
-            row[knob_column(name)] = value
-        if features:
-            row.update(features)
-        self.window.add_ml(tick, objective, row, settling)
-
-    def _write_feedback(self, pairs: list) -> None:
-        for pair in pairs:
-            row = pair.payload
-            if row["error"] is not None:
-                self.errors_abs_sum += abs(row["error"])
-                self.errors_count += 1
-            row["baseline"] = pair.baseline if math.isfinite(pair.baseline) else None
-            row["efficiency"] = pair.ratio if math.isfinite(pair.ratio) else None
-            if pair.stable:
-                self.safe.measured({c: row.get(c) for c in self._knob_columns},
-                                   pair.baseline, pair.ratio)
-            self.feedback.append(row)
 
     def update_mode(self, critical: str | None) -> None:
         self.modes.update(critical, self.clock() - self.last_trainer_input, self.evidence)

@@ -107,6 +107,9 @@ class Control:
     def set_knobs(self, proxy: ModelProxy, data: bytes) -> None:
         proxy.set_knobs(data)
 
+    def set_kind(self, proxy: ModelProxy, data: bytes) -> None:
+        proxy.runtime.change_kind(proxy, data)
+
     async def recommend(self, proxy: ModelProxy, data: bytes) -> None:
         """Accept, then make the journal durable before the write returns.
 

@@ -9,19 +9,18 @@ wall-clock schedule, running a blocking backend's step in a worker thread.
 
 The runtime owns STATE/<subsystem>/: the dataset (and record) store, the tick
 reservation (`tick_reserved`: a tick number is never reused, even after a
-crash), and models/, where `mkdir` builds a model directory under a temporary
-name and renames it into place, so a crash never leaves half a model.
+crash), and models/ (`model_dirs.py`), each model one of the kinds the subsystem
+serves (`mlfs.core.models.kinds`): the tick asks a kind's entry, never the model's
+class, whether its models set knobs and what they do after the tick.
 """
 
 from __future__ import annotations
 
 import collections
-import errno
 import json
 import logging
 import math
 import os
-import shutil
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -37,7 +36,6 @@ from mlfs.abi import (
     EXTRA_FOREIGN,
     EXTRA_REFUSED,
     EXTRA_REPORTS,
-    NAME,
     KnobValue,
     Sample,
     Subsystem,
@@ -46,18 +44,18 @@ from mlfs.abi import (
 )
 from mlfs.base.application import ApplicationObjective, HeldTick, parse_figure
 from mlfs.base.clock import now_us
-from mlfs.base.durable import fsync_dir, set_aside, write_durably
+from mlfs.base.durable import set_aside, write_durably
 from mlfs.base.errors import Refused, invalid
-from mlfs.base.portion import Portion, StoreOwner, StoreWatch, errno_name
+from mlfs.base.portion import Portion, StoreOwner, StoreWatch
 from mlfs.base.statedir import read_word, subsystem_dir
 from mlfs.base.text import escape_input, format_value, one_word, parse_float
 from mlfs.core.models.decision import Decision
-from mlfs.core.models.model_files import MODEL_SETTINGS, prepare_model_directory
-from mlfs.core.models.predictor_proxy import PredictorProxy
+from mlfs.core.models.kinds import KINDS, TickDone, kinds_serving
 from mlfs.core.models.proxy import ModelProxy
 from mlfs.core.storage.records import RecordStore, keep_records
 from mlfs.core.storage.store import PortionStore
 
+from . import model_dirs
 from .context import MountContext
 from .histogram import Histogram
 
@@ -66,8 +64,6 @@ log = logging.getLogger("mlfs.runtime")
 _ARROW_TYPES = {"float64": pa.float64(), "int64": pa.int64(), "string": pa.string()}
 #: tick numbers reserved on disk at a time (one write per TICK_RESERVE ticks)
 TICK_RESERVE = 1000
-#: a model directory under construction (mkdir): never loaded, removed at start-up
-_NEW_PREFIX = ".new-"
 #: `report` events one tick may send (a backend announcing more is cut here)
 MAX_REPORT_EVENTS = 32
 #: where a subsystem came from: the configuration file or a run-time `load`
@@ -170,26 +166,14 @@ class SubsystemRuntime:
         self.tick_seconds_total = 0.0
         self.tick_durations = Histogram()
         self.errors = 0
+        #: the kinds of model it serves, in registry order (a plain mkdir makes the first)
+        self.kinds = kinds_serving(subsystem)
         models_dir = self.directory / "models"
         models_dir.mkdir(exist_ok=True)
-        for entry in sorted(models_dir.iterdir()):
-            if entry.name.startswith(_NEW_PREFIX):  # a mkdir that never returned
-                shutil.rmtree(entry, ignore_errors=True)
-            elif entry.is_dir() and NAME.fullmatch(entry.name):
-                if not (entry / MODEL_SETTINGS).exists():
-                    log.warning("%s: %s has no %s (not a complete model); ignored",
-                                self.name, entry, MODEL_SETTINGS)
-                    continue
-                self.models[entry.name] = self.proxy_class(self, entry.name, entry,
-                                                           mount.new_generation())
+        self.models.update(model_dirs.load_models(self, models_dir))
         for proxy in self.models.values():  # drop ownership conflicts left by a crash
             if proxy.active and self.owner_conflict(proxy, proxy.controlled):
                 proxy.state = "stopped"
-
-    @property
-    def proxy_class(self) -> type[ModelProxy]:
-        """A subsystem with targets has predictor models; any other, knob models."""
-        return PredictorProxy if self.subsystem.targets else ModelProxy
 
     # ---- schema -------------------------------------------------------------
     def knob_fields(self) -> list[tuple[str, pa.DataType]]:
@@ -222,6 +206,7 @@ class SubsystemRuntime:
                              if self.application is not None else {})},
             "knobs": {n: k.describe() for n, k in sub.knobs.items()},
             "features": dict(self.feature_columns),
+            "kinds": list(self.kinds),
             **({"private": True} if sub.private else {}),
             **({"targets": {n: t.describe() for n, t in sub.targets.items()}}
                if sub.targets else {}),
@@ -248,57 +233,17 @@ class SubsystemRuntime:
                     return knob, other.name
         return None
 
-    def create_model(self, name: str) -> ModelProxy:
-        """mkdir: a complete model directory appears by one rename, or nothing does.
+    def create_model(self, name: str, kind: str | None = None) -> ModelProxy:
+        """mkdir: a model of `kind` (default: the first the subsystem serves)."""
+        return model_dirs.create_model(self, name, kind)
 
-        The directory is built under a temporary name (its settings file
-        last) and renamed into place, so a crash or an error half-way (EMFILE,
-        ENOSPC) never leaves something that comes back as a model.
-        """
-        if not NAME.fullmatch(name):
-            raise invalid(f"model name {name!r} is not [a-z0-9][a-z0-9._-]{{0,63}}")
-        if self.unloading:
-            raise Refused(errno.ENODEV, f"subsystem {self.name!r} is being unloaded")
-        if name in self.models:
-            raise Refused(errno.EEXIST, f"model {name!r} exists")
-        limit = self.mount.config.mount.max_models
-        if self.mount.model_count() >= limit:
-            raise Refused(errno.ENOSPC, f"the mount has {limit} models (mount.max_models)")
-        models_dir = self.directory / "models"
-        directory = models_dir / name
-        staging = models_dir / (_NEW_PREFIX + name)
-        try:
-            if directory.exists():  # left by an rmdir that crashed half-way
-                shutil.rmtree(directory)
-            shutil.rmtree(staging, ignore_errors=True)
-            staging.mkdir()
-            prepare_model_directory(staging, list(self.subsystem.knobs))
-            os.rename(staging, directory)
-            fsync_dir(models_dir)
-            proxy = self.proxy_class(self, name, directory, self.mount.new_generation())
-        except OSError as exc:
-            shutil.rmtree(staging, ignore_errors=True)
-            shutil.rmtree(directory, ignore_errors=True)
-            log.warning("%s: mkdir %s failed: %s", self.name, name, exc)
-            raise Refused(exc.errno or errno.EIO, f"model {name!r} not created: "
-                          f"{errno_name(exc)} in the state directory") from None
-        self.models[name] = proxy
-        self.models_changed()
-        self.mount.bus.publish(self.name, "state", model=name,
-                                  **{"from": None, "to": "initialized"})
-        return proxy
+    def change_kind(self, proxy: ModelProxy, data: bytes) -> ModelProxy:
+        """A write to a model's `kind` (`model_dirs.change_kind`)."""
+        return model_dirs.change_kind(self, proxy, data)
 
     def destroy_model(self, name: str) -> ModelProxy:
         """rmdir: stop, seal what it has, forget it (its state files go too)."""
-        proxy = self.models.pop(name, None)
-        if proxy is None:
-            raise Refused(errno.ENOENT, f"no model {name!r}")
-        self.models_changed()
-        proxy.destroy()
-        shutil.rmtree(proxy.directory, ignore_errors=True)
-        self.mount.bus.publish(self.name, "state", model=name,
-                                  **{"from": proxy.state, "to": None})
-        return proxy
+        return model_dirs.destroy_model(self, name)
 
     async def next_row(self) -> None:
         """Wait until the next tick's dataset row is recorded (or the mount stops)."""
@@ -385,6 +330,8 @@ class SubsystemRuntime:
         active = list(self.active_models())
         decisions = []
         for proxy in active:
+            if not KINDS[proxy.kind].sets_knobs:
+                continue
             proxy.expire(tick)
             if proxy.wants_ml():
                 decision = proxy.decide(tick, self.last_features, knobs)
@@ -416,7 +363,7 @@ class SubsystemRuntime:
                            for k, v in sample.features.items()}
         row.update(sample_features)
         by_proxy = {p.name: d for p, d in decisions}
-        knob_models = [p for p in active if not isinstance(p, PredictorProxy)]
+        knob_models = [p for p in active if KINDS[p.kind].sets_knobs]
         if self.application is None:
             self._record_row(row, objective, knob_models, by_proxy, knobs, plan.features)
         else:  # held until the application's figure covers it (or it waits too long)
@@ -426,9 +373,11 @@ class SubsystemRuntime:
             self._record_released(self.application.release(ended))
         records = keep_records(self, plan.tick, sample)
         critical = sample.critical or self.watch.reason()
+        done = TickDone(plan.tick, ts, sample_features, records, critical)
         for proxy in active:
-            if isinstance(proxy, PredictorProxy):
-                proxy.observe(plan.tick, records)
+            after = KINDS[proxy.kind].after_tick
+            if after is not None:
+                after(proxy, done)
             proxy.update_mode(critical)
         self._publish_reports(sample)
         for status in (EXTRA_REFUSED, EXTRA_FOREIGN):

@@ -25,19 +25,17 @@ from __future__ import annotations
 import collections
 import math
 import time
-from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 
-from mlfs.abi import Target, WindowState, window_feature
+from mlfs.abi import Target, WindowState
 from mlfs.base.clock import rfc3339
-from mlfs.base.errors import invalid
-from mlfs.base.verifier import MAX_POLICY_BYTES, gives_probability, verify
 
-from .efficiency import EfficiencyStats
-from .predictor import Judged, PredictorEfficiency, ShadowBook
-from .proxy import ModelProxy
+from ...efficiency import EfficiencyStats
+from ...predictor import Judged, PredictorEfficiency, ShadowBook
+from ...proxy import ModelProxy
+from .inputs import Prediction, PredictionPolicy, parse_predictions
 
 #: predictions written into `recommend` kept per target (an entity's newest wins)
 MAX_PREDICTIONS = 100_000
@@ -45,137 +43,8 @@ MAX_PREDICTIONS = 100_000
 ALERT_THRESHOLD = 0.5
 #: lines kept in a model's `alerts` file
 ALERTS_KEPT = 1000
-#: nodes a policy may visit per tick over all rows (LightGBM: ~3.5 ns each, so ~0.1 s)
-MAX_PREDICT_NODES = 32_000_000
-#: the longest a written prediction may last, in ticks
-MAX_TTL = 1_000_000
 #: feedback rows one tick may write (alerts and positives first; the rest are counted)
 MAX_FEEDBACK_ROWS_PER_TICK = 5000
-
-
-@dataclass(frozen=True)
-class Prediction:
-    """One checked line of `recommend`: `<key>=<value> target=<name> p=<prob> [ttl=N]`."""
-
-    line: str
-    target: str
-    key: object
-    p: float
-    ttl: int | None
-    expect: None = None
-
-
-def parse_predictions(data: bytes, targets: dict[str, Target],
-                      records: dict[str, str]) -> list[Prediction]:
-    """Every line of a write, checked whole: Refused (EINVAL) on the first bad one."""
-    try:
-        text = data.decode("ascii")
-    except UnicodeDecodeError:
-        raise invalid("predictions are ASCII lines") from None
-    out = []
-    for line in text.splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        fields: dict[str, str] = {}
-        for word in line.split():
-            name, sep, value = word.partition("=")
-            if not sep or not value or name in fields:
-                raise invalid(f"{word[:40]!r} is not key=value (each key once)")
-            fields[name] = value
-        target = targets.get(fields.pop("target", ""))
-        if target is None:
-            raise invalid(f"target must be one of {', '.join(sorted(targets))}")
-        if target.key not in fields:
-            raise invalid(f"a {target.name} prediction names its {target.key}=")
-        key = _key_value(fields.pop(target.key), records[target.key], target.key)
-        try:
-            p = float(fields.pop("p"))
-        except KeyError:
-            raise invalid("p= (the probability) is missing") from None
-        except ValueError:
-            raise invalid("p= is not a number") from None
-        if not 0.0 <= p <= 1.0:
-            raise invalid(f"p={p:g} is not a probability in [0, 1]")
-        ttl = None
-        if "ttl" in fields:
-            raw = fields.pop("ttl")
-            if not raw.isdigit() or not 1 <= int(raw) <= MAX_TTL:
-                raise invalid(f"ttl={raw[:20]} is not a tick count in 1..{MAX_TTL}")
-            ttl = int(raw)
-        if fields:
-            raise invalid(f"unknown field {sorted(fields)[0]!r}")
-        out.append(Prediction(line, target.name, key, p, ttl))
-    if not out:
-        raise invalid("no prediction in the write")
-    return out
-
-
-def _key_value(raw: str, kind: str, name: str) -> object:
-    if kind == "string":
-        if len(raw) > 256:
-            raise invalid(f"{name}= is longer than 256 characters")
-        return raw
-    if kind in ("int64", "uint64", "int32", "uint32", "uint16", "uint8"):
-        if not raw.lstrip("-").isdigit() or len(raw) > 20:
-            raise invalid(f"{name}={raw[:20]} is not an integer")
-        return int(raw)
-    raise invalid(f"{name} ({kind}) cannot key predictions")
-
-
-class PredictionPolicy:
-    """A verified binary LightGBM model over record columns: one probability per row."""
-
-    def __init__(self, text: bytes, records: dict[str, str]) -> None:
-        import lightgbm
-
-        if len(text) > MAX_POLICY_BYTES:
-            raise invalid(f"policy over {MAX_POLICY_BYTES} bytes")
-        self.verified = verify(text)
-        if not gives_probability(self.verified):
-            raise invalid(f"policy objective {self.verified.objective!r} is a regression; a "
-                          "predictor needs LightGBM's binary objective (a probability)")
-        self.text = text
-        self.feature_names = list(self.verified.feature_names)
-        numeric = {n for n, kind in records.items() if kind not in ("string",)}
-        #: the window features the policy names (mlfs.abi): computed by the proxy from
-        #: each entity's last rows, as the trainer computed them from the dataset
-        self.windows: list[str] = []
-        for name in self.feature_names:
-            if name in numeric:
-                continue
-            window = window_feature(name)
-            if window is None or window.field not in numeric:
-                raise invalid(f"policy uses column {name!r}, not a numeric record field "
-                              "or a window feature of one (<field>__mean|pos|first<W>)")
-            self.windows.append(name)
-        self.booster = lightgbm.Booster(model_str=text.decode("ascii"))
-        if (list(self.booster.feature_name()) != self.feature_names
-                or self.booster.num_trees() != self.verified.trees):
-            raise invalid("LightGBM read another model than the verifier did")
-        self.max_rows = max(1, MAX_PREDICT_NODES // max(1, self.verified.path_sum))
-        self.rows_cut = 0
-
-    def predict(self, table: pa.Table, windows: dict[str, np.ndarray] | None = None,
-                ) -> np.ndarray:
-        """Probabilities for the rows (NaN beyond the node bound: no alert, counted);
-        `windows` holds the window features' values for the same rows."""
-        n = table.num_rows
-        rows = min(n, self.max_rows)
-        self.rows_cut += n - rows
-        matrix = np.empty((rows, len(self.feature_names)))
-        for j, name in enumerate(self.feature_names):
-            if name in self.windows:
-                matrix[:, j] = (windows or {})[name][:rows]
-                continue
-            column = table.column(name).slice(0, rows)
-            if pa.types.is_timestamp(column.type):
-                column = column.cast(pa.int64())
-            matrix[:, j] = column.to_numpy(zero_copy_only=False).astype(np.float64)
-        out = np.full(n, math.nan)
-        if rows:
-            out[:rows] = self.booster.predict(matrix, num_threads=1)
-        return out
 
 
 class PredictorWindow:
@@ -213,14 +82,13 @@ class PredictorWindow:
 class PredictorProxy(ModelProxy):
     """A predictor's proxy: predictions in, shadow scores and alerts out."""
 
-    kind = "predictions"
+    kind = "predictor"
 
-    def __init__(self, runtime, name, directory, generation) -> None:
-        super().__init__(runtime, name, directory, generation)
-        subsystem = runtime.subsystem
-        self.targets: dict[str, Target] = dict(subsystem.targets)
-        self.window = PredictorWindow(self.targets)
-        self.modes.on_switch = self.window.restart
+    def _new_window(self) -> PredictorWindow:
+        return PredictorWindow(dict(self.runtime.subsystem.targets))
+
+    def _setup(self) -> None:
+        self.targets: dict[str, Target] = dict(self.runtime.subsystem.targets)
         self.predictions: dict[str, dict[object, tuple[float, int | None]]] = {
             t: {} for t in self.targets}
         self.raised: dict[tuple[str, object], int] = {}
@@ -248,24 +116,15 @@ class PredictorProxy(ModelProxy):
         until = None if parsed.ttl is None else self.runtime.next_tick + parsed.ttl
         table[parsed.key] = (parsed.p, until)
 
-    def set_knobs(self, data: bytes) -> None:
-        raise invalid("a predictor controls no knobs")
-
     def _build_policy(self, text: bytes):
         return PredictionPolicy(text, self.runtime.subsystem.records)
 
-    def wants_ml(self) -> bool:
-        return False  # nothing to apply: predictions are scored on every tick, in shadow
-
-    def decide(self, tick, features, current):
-        return None
-
-    def record(self, tick, ts, decision, objective, knobs, features) -> None:
-        return None  # predictors are judged on their records (`observe`)
-
     # ---- the tick: score both sides, raise what the mode allows ------------------------
     def observe(self, tick: int, table: pa.Table | None) -> None:
-        """The tick's records: predict, book both sides, judge what is due, raise alerts."""
+        """The tick's records: predict, book both sides, judge what is due, raise alerts.
+
+        Nothing is interleaved (a prediction changes nothing in the world): the kind's
+        entry runs this after every tick (`kinds.ModelKind.after_tick`)."""
         if table is None or table.num_rows == 0:
             return
         if self.state == "started":
@@ -385,4 +244,4 @@ class PredictorProxy(ModelProxy):
         return "".join(line + "\n" for line in self.alerts)
 
 
-__all__ = ["PredictorProxy", "PredictionPolicy", "parse_predictions"]
+__all__ = ["PredictorProxy", "PredictionPolicy", "parse_predictions", "Prediction"]

@@ -1,0 +1,1 @@
+"""Knob models: the kind that sets a subsystem's knobs (`KnobProxy`)."""

@@ -1,0 +1,1 @@
+"""Predictor models: the kind that forecasts events on a record source (`PredictorProxy`)."""
