@@ -1,7 +1,7 @@
 """The anomaly detector's policy: the exported forest, its verifier and the numpy scorer.
 
 The daemon never unpickles a trainer's forest; it reads JSON arrays
-(mlfs/core/models/anomaly/forest.py) and scores them itself.  These tests pin that the
+(mlfs/core/models/kinds/anomaly/forest.py) and scores them itself.  These tests pin that the
 score equals scikit-learn's on the same data, and that every broken rule of the format
 is refused with EINVAL and a reason naming it.
 """
@@ -13,6 +13,7 @@ import json
 
 import numpy as np
 import pytest
+from mlfs.backends.sim_disks import RECORDS, DrivePopulation, SimDisks
 from mlfs.trainers.anomaly.learner import (
     choose_alert_score,
     export_forest,
@@ -21,10 +22,9 @@ from mlfs.trainers.anomaly.learner import (
     forest_scores,
 )
 
-from mlfs.backends.sim_disks import RECORDS, DrivePopulation, SimDisks
 from mlfs.base import outcomes
 from mlfs.base.errors import Refused
-from mlfs.core.models.anomaly import forest as F
+from mlfs.core.models.kinds.anomaly import forest as F
 
 FEATURES = [n for n in RECORDS if n not in ("drive_id", "failed")]
 

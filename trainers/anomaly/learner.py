@@ -10,7 +10,7 @@ at the target's own costs (`miss_cost` per event missed, `false_alarm_cost` per 
 a negative row): the same cost the proxy's efficiency compares with the rule's.
 
 The fitted forest leaves as JSON (`export_forest`, the format of
-mlfs/core/models/anomaly/forest.py), never as a pickle: the daemon verifies it and
+mlfs/core/models/kinds/anomaly/forest.py), never as a pickle: the daemon verifies it and
 scores it in numpy itself.
 """
 
@@ -90,7 +90,7 @@ def choose_alert_score(scores: np.ndarray, keys: np.ndarray, ticks: np.ndarray,
 
 
 def export_forest(forest: IsolationForest, features: list[str], alert_score: float) -> str:
-    """The fitted forest in the daemon's JSON format (mlfs/core/models/anomaly/forest.py)."""
+    """The fitted forest in the daemon's JSON format (mlfs/core/models/kinds/anomaly/forest.py)."""
     if forest.n_features_in_ != len(features):
         raise ValueError("one feature name per column the forest was fitted on")
     if forest._max_features != forest.n_features_in_:
