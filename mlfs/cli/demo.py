@@ -1,4 +1,5 @@
-"""`mlfs demo`: the parser; the demos are mlfs.demos.knob and mlfs.fleet.demo (--fleet N)."""
+"""`mlfs demo`: the parser; one demo per kind of model (`mlfs.demos.DEMOS`, --kind) and the
+fleet demo (mlfs.fleet.demo, --fleet N)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ EXAMPLES = """examples:
   mlfs demo
   mlfs demo --seconds 60 --seed 3
   mlfs demo --keep /tmp/mlfs-demo-run && mlfs report /tmp/mlfs-demo-run sim.readahead
-  mlfs demo --predict                     # a drive-failure predictor against SMART
+  mlfs demo --kind predictor              # a drive-failure predictor against SMART
   mlfs demo --fleet 3
   mlfs demo --fleet 2 --host-ticks 1000 --ticks 1000"""
 
@@ -24,20 +25,21 @@ FLEET_DEFAULTS = {"host_ticks": 2000, "ticks": 2000, "tick": 0.05}
 def cmd_demo(args: argparse.Namespace) -> int:
     fleet_only = [f"--{name.replace('_', '-')}" for name in FLEET_DEFAULTS
                   if getattr(args, name) is not None]
-    if args.predict:
-        if args.fleet is not None or fleet_only:
-            print("mlfs demo: --predict and --fleet are two demos: give one", file=sys.stderr)
-            return 2
-        from mlfs.demos.predictor import run_predict_demo
+    from mlfs.demos import DEMOS
 
-        return run_predict_demo(seconds=args.seconds, seed=args.seed)
+    kind = "predictor" if args.predict else args.kind
+    if kind is not None and kind not in DEMOS:
+        print(f"mlfs demo: --kind {kind}: one of {', '.join(DEMOS)}", file=sys.stderr)
+        return 2
+    if kind is not None and (args.fleet is not None or fleet_only):
+        print("mlfs demo: --kind and --fleet are two demos: give one", file=sys.stderr)
+        return 2
     if args.fleet is None:
         if fleet_only:
             print(f"mlfs demo: {', '.join(fleet_only)} needs --fleet N", file=sys.stderr)
             return 2
-        from mlfs.demos.knob import run_demo
-
-        return run_demo(seconds=args.seconds, seed=args.seed, keep=args.keep)
+        demo = DEMOS[kind or next(iter(DEMOS))]
+        return demo.load()(seconds=args.seconds, seed=args.seed, keep=args.keep)
     from ..fleet.demo import MAX_HOSTS, MIN_HOSTS, run_fleet_demo
 
     try:
@@ -68,9 +70,13 @@ def add_parser(sub) -> None:
                    help="keep the run's state directory as DIR (a new or empty directory) "
                         "for `mlfs report DIR sim.readahead`; with --fleet DIR holds every "
                         "host's state and the fleet store; default: delete everything")
+    from mlfs.demos import DEMOS
+
+    p.add_argument("--kind", metavar="KIND",
+                   help="the kind of model to show (default knob): "
+                        + "; ".join(f"{d.name}: {d.help}" for d in DEMOS.values()))
     p.add_argument("--predict", action="store_true",
-                   help="the predictor demo: a drive-failure model on sim.disks learns, is "
-                        "scored beside SMART's threshold trip and climbs to recommendation")
+                   help="the predictor demo (--kind predictor)")
     p.add_argument("--fleet", metavar="N",
                    help="the fleet demo: N hosts (2 to 16) learn alone and push to a local "
                         "store, one `mlfs fleet train` round, then a newcomer starting from "

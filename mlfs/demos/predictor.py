@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from mlfs.client import EventStream, MountProcess, read_attr_or
-from mlfs.demos.knob import start_daemon
+from mlfs.demos.knob import _keep_problem, start_daemon
 
 SUBSYSTEM = "sim.disks"
 MODEL = "lgbm"
@@ -41,11 +41,17 @@ tick_seconds = 0.02
 """
 
 
-def run_predict_demo(seconds: float = 120.0, seed: int = 0) -> int:
+def run_predict_demo(seconds: float = 120.0, seed: int = 0, keep: str | None = None) -> int:
+    """The predictor demo; `keep`: a new or empty directory to keep the state in."""
     from mlfs.trainers.predictor.worker import run_predictor
 
+    problem = _keep_problem(keep) if keep is not None else None
+    if problem:
+        print(f"mlfs demo: --keep {keep}: {problem}", file=sys.stderr)
+        return 2
     workdir = Path(tempfile.mkdtemp(prefix="mlfs-predict-demo-"))
-    mountpoint, state_dir = workdir / "mnt", workdir / "state"
+    mountpoint = workdir / "mnt"
+    state_dir = Path(keep).resolve() if keep is not None else workdir / "state"
     mountpoint.mkdir()
     config = workdir / "mlfs.toml"
     config.write_text(CONFIG.format(seed=seed,
@@ -86,6 +92,9 @@ def run_predict_demo(seconds: float = 120.0, seed: int = 0) -> int:
         events.close()
         daemon.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+    if keep is not None:
+        print(f"\nmlfs demo: the run is kept in {state_dir}; mlfs report {state_dir} "
+              f"{SUBSYSTEM}")
     return 0
 
 

@@ -22,6 +22,7 @@ import os
 import resource
 
 from mlfs import __version__
+from mlfs.core.models.kinds import kind_of
 from mlfs.core.models.model_files import MODES, STATES
 from mlfs.core.models.modes import efficiency_interval
 
@@ -325,12 +326,9 @@ def render(exchange: Exchange, loader: Loader | None = None,
                       "|observed - expected| over feedback rows with an expectation "
                       "(rate of _sum / rate of _count = the mean absolute error).",
                       round(proxy.errors_abs_sum, 6), proxy.errors_count, **labels)
-            policy = proxy.policy
             w.metric("mlfs_model_policy_loaded", "gauge", "1 when a policy is loaded.",
-                     1 if policy else 0, **labels)
-            if policy:
-                w.summary("mlfs_model_policy_inference_seconds",
-                          "In-process policy inference per ML tick (rate of _sum / rate of "
-                          "_count = the mean over any range).",
-                          round(policy.seconds, 6), policy.decisions, **labels)
+                     1 if proxy.policy else 0, **labels)
+            kind_metrics = kind_of(proxy).metrics  # the kind's own (kinds.ModelKind.metrics)
+            if kind_metrics is not None:
+                kind_metrics(proxy, w, labels)
     return w.text()
