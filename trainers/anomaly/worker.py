@@ -29,7 +29,7 @@ from mlfs.trainers.schedule import POLICY_KEEPALIVE_SECONDS
 
 from mlfs import client
 
-from .learner import CANDIDATE_QUANTILES, default_features, fit_anomaly
+from .learner import CANDIDATE_QUANTILES, MIN_EVENTS, default_features, fit_anomaly
 
 #: the newest record rows a fit reads at most (scoring them all picks the level)
 MAX_ROWS = 300_000
@@ -110,6 +110,12 @@ def _fit(sub: Path, mdir: Path, target: dict, features: list[str], seed: int, st
     cols = {n: table.column(n).to_numpy(zero_copy_only=False) for n in table.column_names}
     text, figures = fit_anomaly(cols, features, target, seed=seed)
     if text is None:
+        return
+    if stats["fleet"] == "prior" and figures["events"] < MIN_EVENTS:
+        # the fleet forest's level was chosen on the fleet's events; this host's would
+        # be a guess until it has events of its own
+        log.info("anomaly trainer: the fleet forest kept (%d events known here, %d needed)",
+                 figures["events"], MIN_EVENTS)
         return
     uploads.put(text)
     stats["fits"] += 1
