@@ -15,6 +15,7 @@ import json
 import stat
 from collections.abc import Awaitable, Callable, Mapping
 
+from mlfs.base.errors import Refused
 from mlfs.base.hostid import host_id
 from mlfs.base.portion import Portion
 from mlfs.core.models.kinds import kind_of
@@ -94,10 +95,14 @@ class Attr(Node):
 
     def __init__(self, tree: Tree, name: str, parent: Dir, read: ReadFn | None = None,
                  write: WriteFn | None = None, *, buffered: bool = False,
-                 caller: bool = False) -> None:
+                 caller: bool = False,
+                 refused: Callable[[int, str, bytes], object] | None = None) -> None:
         super().__init__(tree, name, parent)
         self.read = read
         self.write = write
+        #: `refused(errno, reason, data)`: a write the FUSE layer refuses before the core
+        #: sees it (a buffered write past its bound), recorded where the core's show
+        self.refused = refused
         #: `write` takes the writer's uid too (recorded at open: write has no ctx)
         self.caller = caller
         #: the writes of a buffered attribute (policy) are committed on close
@@ -235,7 +240,8 @@ class ModelFiles(Dir):
         add(Attr(tree, "mode_switching", self, read=lambda: proxy.mode_switching + "\n"))
         add(Attr(tree, "recommend", self, write=lambda d: control.recommend(proxy, d)))
         add(Attr(tree, "policy", self, read=proxy.policy_text,
-                 write=lambda d: control.upload_policy(proxy, d), buffered=True))
+                 write=lambda d: control.upload_policy(proxy, d), buffered=True,
+                 refused=lambda code, reason, d: proxy.refuse("policy", d, Refused(code, reason))))
         add(Attr(tree, "efficiency", self, read=proxy.efficiency_text))
         add(Attr(tree, "errors", self, read=proxy.errors_text))
         for file in kind_of(proxy).files:  # the kind's own files (kinds.ModelKind.files)

@@ -484,6 +484,10 @@ class Operations(pyfuse3.Operations):
         if node.buffered:  # policy: a whole file over several writes, committed on close
             end = off + len(buf)
             if end > MAX_BUFFERED_WRITE:
+                if node.refused is not None:  # an `errors` line, as for the core's refusals
+                    node.refused(errno.EFBIG, f"over {MAX_BUFFERED_WRITE} bytes", bytes(buf[:200]))
+                handle.buffer.clear()  # nothing of an oversized upload is committed at close
+                handle.dirty = False
                 raise pyfuse3.FUSEError(errno.EFBIG)
             if len(handle.buffer) < end:
                 handle.buffer.extend(b"\0" * (end - len(handle.buffer)))

@@ -198,7 +198,7 @@ def test_max_seconds_holds_while_a_fit_never_ends(disks, monkeypatch):
     beside two busy loops."""
     import threading
 
-    from mlfs.trainers.predictor.learner import worker as predictor_worker
+    from mlfs.trainers.predictor import worker as predictor_worker
 
     pids: list[int] = []
     real = predictor_worker.FitProcess

@@ -29,9 +29,8 @@ from .events import EventBus
 class MountContext:
     """The mount-wide services a runtime and its models use; owned by the exchange."""
 
-    def __init__(self, config, state_dir: Path,
-                 clock: Callable[[], float] = time.monotonic,
-                 actions: ActionRunner | None = None) -> None:
+    def __init__(self, config, state_dir: Path, actions: ActionRunner,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.config = config
         self.state_dir = Path(state_dir)
         #: seconds, for the models' trainer-silence timer (tests pass a virtual clock)
@@ -47,9 +46,9 @@ class MountContext:
         #: who pulled the pin (a pin kept from before a restart counts as root's)
         self.emergency_pinned_by = 0
         #: the action commands root configured, run for predictors' alerts (actions.py):
-        #: the exchange builds the mount's one runner and reaps it on every tick; a
-        #: context made without a mount (tests, benches) has a runner with no action
-        self.actions = actions if actions is not None else ActionRunner()
+        #: the mount's one runner, built and reaped on every tick by the exchange (a
+        #: mount-wide service: no model pumps it)
+        self.actions = actions
         #: how many models the mount holds now (the exchange counts them; max_models)
         self.model_count: Callable[[], int] = lambda: 0
         self._generation = 0

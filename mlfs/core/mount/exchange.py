@@ -57,7 +57,7 @@ class Exchange:
                                                DEFAULT_SPAWNS_PER_MINUTE),
             problem=lambda reason, shown: self.root_errors.append(
                 error_line("action", reason, shown)))
-        self.mount = MountContext(config, state_dir, clock, actions=runner)
+        self.mount = MountContext(config, state_dir, runner, clock)
         self.mount.model_count = self.model_count
         #: the backend registry (`mlfs.backends`: check_entry, create_subsystems,
         #: root_only, entry_for_name); None serves no run-time load
