@@ -33,8 +33,7 @@ def test_mlfs_train_fits_a_forest_and_its_anomalies_follow_the_mode(disks):
     assert "anomaly" in info["kinds"]
     model = sub / "models" / "iso"
     assert sh(f"mkdir {model} && echo anomaly > {model}/kind").returncode == 0
-    # the kernel may show the first kind's files for up to a second (entry cache)
-    wait_for(lambda: (model / "kind").read_text() == "anomaly\n", what="the new kind")
+    assert (model / "kind").read_text() == "anomaly\n"
     assert sh(f"echo learning > {model}/mode").returncode == 0
     events = EventStream(sub / "events")
     done = subprocess.run([sys.executable, "-m", "mlfs", "train", str(disks.mountpoint),
@@ -86,7 +85,7 @@ def test_a_level_is_one_line_and_a_forest_is_checked_whole(disks, mount_root):
     sub = disks.mountpoint / "sim.disks"
     model = sub / "models" / "lv"
     assert sh(f"mkdir {model} && echo anomaly > {model}/kind").returncode == 0
-    wait_for(lambda: (model / "kind").read_text() == "anomaly\n", what="the new kind")
+    assert (model / "kind").read_text() == "anomaly\n"
     assert sh(f"echo start > {model}/control").returncode == 0
     assert sh(f"echo alert_score=0.7 ttl=50 > {model}/recommend").returncode == 0
     for bad, reason in [("alert_score=1.5", "not an anomaly score in (0, 1]"),

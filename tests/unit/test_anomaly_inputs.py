@@ -9,10 +9,10 @@ import json
 import numpy as np
 import pyarrow as pa
 import pytest
+from mlfs.backends.sim_disks import RECORDS, DrivePopulation
 from mlfs.trainers.anomaly.learner import export_forest, fit_forest
 from mlfs.trainers.anomaly.worker import level_from_feedback
 
-from mlfs.backends.sim_disks import RECORDS, DrivePopulation
 from mlfs.base.errors import Refused
 from mlfs.core.models.kinds.anomaly import forest as F
 from mlfs.core.models.kinds.anomaly.proxy import AnomalyPolicy, parse_level

@@ -38,8 +38,6 @@ MAX_FEEDBACK_ROWS = 200_000
 #: judged events the feedback needs before it moves the level
 MIN_FEEDBACK_EVENTS = 3
 LOOP_SECONDS = 0.25
-#: how long a model made as an anomaly model may still show its first kind's files
-KIND_SETTLE_SECONDS = 30.0
 
 
 def run_anomaly(mountpoint: str, subsystem: str, model: str = "anomaly", *,
@@ -60,13 +58,6 @@ def run_anomaly(mountpoint: str, subsystem: str, model: str = "anomaly", *,
         mdir.mkdir()
     if client.read_attr_or(mdir / "kind", "anomaly").strip() != "anomaly":
         client.write_line(mdir / "kind", "anomaly")
-    # the directory's files are the new kind's once the kernel looks them up again (its
-    # entries of the old ones are cached up to a second): wait for that before `start`
-    waited = time.monotonic() + KIND_SETTLE_SECONDS
-    while client.read_attr_or(mdir / "kind", "").strip() != "anomaly":
-        if time.monotonic() >= waited:
-            raise OSError(f"{mdir}: its kind is not anomaly")
-        stop.wait(LOOP_SECONDS)
     client.write_line(mdir / "control", "start")
     stats: dict[str, Any] = {"fits": 0, "policies": 0, "levels": 0, "target": target_name,
                              "fleet": "prior" if initial_policy is not None else None}
