@@ -58,6 +58,8 @@ register(TrainerKind("knob", "mlfs.trainers.knob.worker:run_worker",
                      frozenset({"prepare_seconds", "learning_ttl", "relative", "features"})))
 register(TrainerKind("predictor", "mlfs.trainers.predictor.worker:run_predictor",
                      frozenset({"refit_seconds", "keepalive_seconds"})))
+register(TrainerKind("anomaly", "mlfs.trainers.anomaly.worker:run_anomaly",
+                     frozenset({"refit_seconds", "keepalive_seconds"})))
 
 
 class UnknownKind(ValueError):

@@ -27,6 +27,9 @@ class FleetKind:
     trainer: str
     #: the portions it reads from the store: `dataset` (one row a tick) or `records`
     reads: str = "dataset"
+    #: "module:function" refusing (Refused) a policy text of this kind the daemon would
+    #: refuse: applied before a policy is published and after it is pulled
+    verifier: str = "mlfs.base.verifier:verify"
 
     def load(self) -> Callable[..., dict[str, Any]]:
         module, _, function = self.trainer.partition(":")
@@ -45,6 +48,17 @@ def register(kind: FleetKind) -> FleetKind:
 
 register(FleetKind("knob", "mlfs.fleet.knob_train:train_knob_policy", "dataset"))
 register(FleetKind("predictor", "mlfs.fleet.predictors:train_predictor_policy", "records"))
+register(FleetKind("anomaly", "mlfs.fleet.anomaly:train_anomaly_policy", "records",
+                   "mlfs.core.models.kinds.anomaly.forest:verify_forest"))
+
+
+def verify_policy(kind: str | None, data: bytes | str) -> None:
+    """Refuse (Refused) a policy text its card's `kind` would not run (a card without
+    one is a LightGBM policy's)."""
+    entry = FLEET_KINDS.get(kind or "knob", FLEET_KINDS["knob"])
+    module, _, function = entry.verifier.partition(":")
+    getattr(importlib.import_module(module), function)(
+        data.encode() if isinstance(data, str) else data)
 
 
 def kind_of(info: dict, wanted: str | None = None) -> str:
@@ -61,4 +75,4 @@ def kind_of(info: dict, wanted: str | None = None) -> str:
     return str(kinds[0])
 
 
-__all__ = ["FLEET_KINDS", "FleetKind", "kind_of", "register"]
+__all__ = ["FLEET_KINDS", "FleetKind", "kind_of", "register", "verify_policy"]

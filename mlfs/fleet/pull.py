@@ -37,8 +37,9 @@ from pathlib import Path
 
 from mlfs.base.durable import write_durably
 from mlfs.base.errors import Refused
-from mlfs.base.verifier import MAX_POLICY_BYTES, verify
+from mlfs.base.verifier import MAX_POLICY_BYTES
 
+from .kinds import verify_policy
 from .layout import POLICIES, policy_path, policy_version
 from .signing import MAX_SIGNATURE_FILE_BYTES, BadSignature, check_policy, load_trusted
 from .store import Store
@@ -113,7 +114,7 @@ def _checked(store: Store, subsystem: str, version: int, trusted: list | None
     if card.get("sha256") != digest:
         raise PullError(f"{where}: sha256 {digest[:16]}... does not match its card; not used")
     try:
-        verify(data)
+        verify_policy(card.get("kind"), data)
     except Refused as exc:
         raise PullError(f"{where}: refused by the verifier: {exc}") from exc
     return FleetPolicy(version, data.decode("ascii"), card)

@@ -48,9 +48,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mlfs.base.verifier import verify
-
-from .kinds import FLEET_KINDS, kind_of
+from .kinds import FLEET_KINDS, kind_of, verify_policy
 from .layout import (
     INFO,
     MAX_DOCUMENT_BYTES,
@@ -355,7 +353,7 @@ def publish(store: Store, subsystem: str, text: str, card: Mapping[str, Any],
     mlfs/fleet/signing.py): hosts install only signed policies, and the version is one
     past the newest this key signed.  What the daemon's verifier refuses is never
     published (Refused); a private key readable by others is refused (SigningError)."""
-    verify(text)
+    verify_policy(card.get("kind"), text)
     trusted = signer = None
     if key is not None:
         from .signing import key_id, load_private

@@ -251,6 +251,8 @@ class ModelFiles(Dir):
                      else functools.partial(file.write, control, proxy)))
         for name, portions in proxy.portion_views().items():
             add(PortionDir(tree, name, self, portions))
+        for node in self.fixed.values():  # looked up on every path walk: after a write to
+            node.entry_timeout = 0.0  # `kind` the kernel must not keep the old kind's files
 
     @property
     def path(self) -> str:

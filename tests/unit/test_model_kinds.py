@@ -41,7 +41,7 @@ def exchange(tmp_path, backend) -> Exchange:
 
 def test_each_subsystem_serves_the_kinds_whose_predicate_holds(tmp_path):
     assert kinds_serving(SimReadahead(seed=1)) == ["knob"]
-    assert kinds_serving(SimDisks(seed=1, drives=10)) == ["predictor"]
+    assert kinds_serving(SimDisks(seed=1, drives=10)) == ["predictor", "anomaly"]
     with pytest.raises(ValueError, match="registered already"):
         register(KINDS["knob"])
 

@@ -36,6 +36,7 @@ import pyarrow as pa
 from mlfs.abi import Subsystem
 
 from ..proxy import ModelProxy
+from .anomaly.proxy import AnomalyProxy, anomaly_metrics
 from .knob.proxy import KnobProxy
 from .predictor.proxy import PredictorProxy
 
@@ -167,6 +168,19 @@ register(ModelKind(
     conformance=Conformance(_SIM_DISKS, "sim.disks",
                             b"drive_id=5 target=failure p=0.9\n",
                             b"drive_id=5 target=failure p=1.5\n"),
+))
+
+register(ModelKind(
+    name="anomaly",
+    description="scores every record row with an isolation forest; judged beside the "
+                "target's threshold rule on the target's events",
+    serves=lambda sub: bool(sub.targets),
+    proxy=AnomalyProxy,
+    files=(ModelFile("anomalies", read=lambda p: p.anomalies_text()),),
+    after_tick=lambda p, done: p.observe(done.tick, done.records),
+    metrics=anomaly_metrics,
+    conformance=Conformance(_SIM_DISKS, "sim.disks", b"alert_score=0.7\n",
+                            b"alert_score=1.5\n"),
 ))
 
 

@@ -83,6 +83,8 @@ class PredictorProxy(ModelProxy):
     """A predictor's proxy: predictions in, shadow scores and alerts out."""
 
     kind = "predictor"
+    #: the event type an alert is published as (a kind built on this one names its own)
+    event = "alert"
 
     def _new_window(self) -> PredictorWindow:
         return PredictorWindow(dict(self.runtime.subsystem.targets))
@@ -137,7 +139,7 @@ class PredictorProxy(ModelProxy):
             events = table.column(target.event).to_numpy(zero_copy_only=False).astype(bool)
             rule = table.column(target.rule).to_numpy(zero_copy_only=False).astype(bool)
             p = self._probabilities(name, tick, keys, table)
-            model = np.nan_to_num(p, nan=0.0) >= ALERT_THRESHOLD
+            model = self._alerting(p)
             judged = self.window.books[name].add(tick, keys, events, np.nan_to_num(p),
                                                  model, rule)
             self.window.efficiency.update(judged)
@@ -147,6 +149,10 @@ class PredictorProxy(ModelProxy):
         for row in feedback[:MAX_FEEDBACK_ROWS_PER_TICK]:
             row["ts"] = ts
             self.feedback.append(row)
+
+    def _alerting(self, p: np.ndarray) -> np.ndarray:
+        """Which rows the model alerts on (a kind built on this one sets its own level)."""
+        return np.nan_to_num(p, nan=0.0) >= ALERT_THRESHOLD
 
     def _probabilities(self, target: str, tick: int, keys: np.ndarray,
                        table: pa.Table) -> np.ndarray:
@@ -214,7 +220,7 @@ class PredictorProxy(ModelProxy):
                 self.alerts_raised[source] += 1
                 self.alerts.append(f"{rfc3339()} tick={tick} target={name} "
                                    f"{target.key}={key} source={source} p={prob} mode={mode}")
-                self.bus.publish(self.runtime.name, "alert", model=self.name, target=name,
+                self.bus.publish(self.runtime.name, self.event, model=self.name, target=name,
                                  key=str(key), source=source, p=prob, mode=mode)
                 if source == "model" and mode == "recommendation":
                     argument = (table.column(target.argument)[i].as_py() if target.argument

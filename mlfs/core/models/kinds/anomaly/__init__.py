@@ -1,0 +1,1 @@
+"""The anomaly detector, daemon side: an isolation forest's verified policy and its proxy."""

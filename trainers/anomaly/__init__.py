@@ -1,0 +1,1 @@
+"""The anomaly detector's trainer: an isolation forest fitted on a subsystem's records."""
