@@ -232,6 +232,8 @@ class ModelDir(Dir):
         add(Attr(tree, "policy", self, read=proxy.policy_text,
                  write=lambda d: control.upload_policy(proxy, d), buffered=True))
         add(Attr(tree, "efficiency", self, read=proxy.efficiency_text))
+        add(Attr(tree, "efficiency_vs_incumbent", self, read=proxy.incumbent.versus_text))
+        add(Attr(tree, "incumbent", self, read=proxy.incumbent.file_text))
         add(Attr(tree, "errors", self, read=proxy.errors_text))
         if hasattr(proxy, "alerts_text"):  # a predictor: the alerts its mode raised
             add(Attr(tree, "alerts", self, read=proxy.alerts_text))

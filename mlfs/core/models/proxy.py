@@ -33,6 +33,7 @@ from mlfs.core.storage.store import PortionStore
 from .decision import Decision, Recommendation
 from .efficiency import EfficiencyStats, EfficiencyWindow
 from .episodes import Hold, Interleaving, episode_ticks, pair_span
+from .incumbent import Incumbent
 from .installed_policy import InstalledPolicy
 from .journal import Journal
 from .model_files import (
@@ -83,6 +84,9 @@ class ModelProxy:
         #: what the policy may choose in collaboration and recommendation
         self.safe = SafeSet()
         self._knob_columns = [knob_column(name) for name in runtime.subsystem.knobs]
+        #: the best fixed setting measured at the current level (incumbent.py)
+        self.incumbent = Incumbent(self.safe, dict(zip(self._knob_columns,
+                                                       runtime.subsystem.knobs, strict=True)))
         self.current: Recommendation | None = None
         #: the policy it runs (`policy`), kept in policy.txt
         self.installed = InstalledPolicy(
@@ -450,6 +454,9 @@ class ModelProxy:
                 rec.applied = True
                 self._finish(rec, "applied", f"tick {tick}")
             return Decision(dict(rec.knobs), rec.expect, "recommendation", rec.id)
+        fixed = self.incumbent.decide(tick, self.mode, self.controlled, self.policy is not None)
+        if fixed is not None:  # recommendation's unproven policy, or the bandit's probe
+            return Decision(fixed, None, "incumbent", None)
         if self.policy is not None and features is not None:
             allowed = None
             if self.mode in RESTRICTED_MODES and self.modes.switching == "auto":
@@ -514,10 +521,13 @@ class ModelProxy:
                 self.errors_count += 1
             row["baseline"] = pair.baseline if math.isfinite(pair.baseline) else None
             row["efficiency"] = pair.ratio if math.isfinite(pair.ratio) else None
+            row["efficiency_vs_incumbent"] = self.incumbent.versus(pair.ratio)
             if pair.stable:
-                self.safe.measured({c: row.get(c) for c in self._knob_columns},
-                                   pair.baseline, pair.ratio)
+                self.incumbent.measured({c: row.get(c) for c in self._knob_columns},
+                                        pair.baseline, pair.ratio, pair.tick, row["source"],
+                                        self.mode)
             self.feedback.append(row)
 
     def update_mode(self, critical: str | None) -> None:
-        self.modes.update(critical, self.clock() - self.last_trainer_input, self.evidence)
+        self.modes.update(critical, self.clock() - self.last_trainer_input, self.evidence,
+                          self.incumbent.standing)
