@@ -162,3 +162,17 @@ def test_promotion_needs_the_default_and_the_incumbent():
     # the incumbent never blocks collaboration, which is judged against the default
     assert transition("learning", good, MODES,
                       lambda: _standing(1.3, below)).mode == "collaboration"
+
+
+def test_a_phase_change_seen_on_the_incumbents_tick_hands_over_until_the_next_default():
+    incumbent = fresh()
+    feed(incumbent, {2: 1.3}, 20, random.Random(10))
+    assert incumbent.choose("recommendation", ["x"]) == {"x": 2}
+    incumbent.ran("incumbent", LEVEL * 1.3 * 1.05)  # as expected at this level: kept
+    assert incumbent.choose("recommendation", ["x"]) == {"x": 2}
+    incumbent.ran("policy", LEVEL * 5)  # not the incumbent's tick: says nothing of it
+    assert incumbent.choose("recommendation", ["x"]) == {"x": 2}
+    incumbent.ran("incumbent", LEVEL * 1.3 * 3)  # the workload moved since the default tick
+    assert incumbent.choose("recommendation", ["x"]) is None
+    incumbent.safe.default_tick(LEVEL * 1.02)  # the next default tick: this level again
+    assert incumbent.choose("recommendation", ["x"]) == {"x": 2}

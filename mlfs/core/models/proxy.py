@@ -497,6 +497,7 @@ class ModelProxy:
             self._write_feedback(self.window.add_default(tick, objective, settling))
             return
         self.ml_ticks += 1
+        self.incumbent.ran(decision.source, objective)
         self.modes.ml_since_transition += 1
         if self.state == "started":
             self._set_state("running")
