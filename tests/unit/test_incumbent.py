@@ -176,3 +176,23 @@ def test_a_phase_change_seen_on_the_incumbents_tick_hands_over_until_the_next_de
     assert incumbent.choose("recommendation", ["x"]) is None
     incumbent.safe.default_tick(LEVEL * 1.02)  # the next default tick: this level again
     assert incumbent.choose("recommendation", ["x"]) == {"x": 2}
+
+
+def test_an_undecided_policy_takes_turns_with_the_incumbent_a_worse_one_does_not():
+    rng = random.Random(11)
+    undecided = fresh()
+    feed(undecided, {2: 1.3}, 30, rng, noise=0.02)
+    assert undecided.standing().incumbent.knobs == {"x": 2}  # standing: it keeps ties
+    feed(undecided, {1: 1.28}, 4, rng, source="policy", start=1000, noise=0.1)
+    policy = undecided.standing().policy
+    assert policy.known and policy.lower < 1.3 * (1 - TOLERANCE) < 1.3 < policy.upper
+    turns = [undecided.choose("recommendation", ["x"], tick) for tick in range(20)]
+    assert turns.count(None) == 10 and turns.count({"x": 2}) == 10
+    # no policy to give turns to: the incumbent runs every tick
+    assert all(undecided.choose("recommendation", ["x"], tick, has_policy=False) == {"x": 2}
+               for tick in range(20))
+    worse = fresh()
+    feed(worse, {2: 1.3}, 30, rng, noise=0.02)
+    feed(worse, {1: 1.0}, 30, rng, source="policy", start=1000, noise=0.02)
+    assert worse.standing().policy.upper < 1.3
+    assert all(worse.choose("recommendation", ["x"], tick) == {"x": 2} for tick in range(20))
