@@ -101,6 +101,13 @@ class Standing:
             return True
         return self.policy.known and self.policy.lower >= self.estimate * (1.0 - TOLERANCE)
 
+    @property
+    def why(self) -> str:
+        """What the promotion's event says of the incumbent."""
+        if self.incumbent is None:
+            return ""
+        return f", x{self.vs_incumbent:.3f} the incumbent (interval {self.policy.text})"
+
     def text(self) -> str:
         """The model's `incumbent` file: the setting (or `default`), its estimate and
         interval, and the policy's ratio to it."""

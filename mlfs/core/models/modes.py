@@ -42,7 +42,7 @@ from mlfs.base.sequential import Interval, interval
 from mlfs.core.mount.events import EventBus
 
 from .efficiency import EfficiencyStats
-from .incumbent import Standing
+from .incumbent import Standing  # or predictor.RuleStanding: the same surface
 
 log = logging.getLogger("mlfs.proxy")
 
@@ -87,8 +87,7 @@ def transition(mode: str, stats: EfficiencyStats, config,
         bar = standing() if standing is not None else None
         if bar is not None and not bar.policy_proven:
             return None  # above the default, not (yet) the best fixed setting here
-        versus = "" if bar is None or bar.incumbent is None else (
-            f", x{bar.vs_incumbent:.3f} the incumbent (interval {bar.policy.text})")
+        versus = "" if bar is None else bar.why
         return Switch("recommendation",
                       f"efficiency {eff:.3f} >= {config.to_recommendation} {said}{versus}")
     if eff < config.demote_below and iv.upper < 1.0:

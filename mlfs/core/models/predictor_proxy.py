@@ -36,7 +36,7 @@ from mlfs.base.errors import invalid
 from mlfs.base.verifier import MAX_POLICY_BYTES, gives_probability, verify
 
 from .efficiency import EfficiencyStats
-from .predictor import Judged, PredictorEfficiency, ShadowBook
+from .predictor import Judged, PredictorEfficiency, RuleIncumbent, ShadowBook
 from .proxy import ModelProxy
 
 #: predictions written into `recommend` kept per target (an entity's newest wins)
@@ -221,6 +221,7 @@ class PredictorProxy(ModelProxy):
         self.targets: dict[str, Target] = dict(subsystem.targets)
         self.window = PredictorWindow(self.targets)
         self.modes.on_switch = self.window.restart
+        self.incumbent = RuleIncumbent(self.window)  # the rule: recommendation must beat it
         self.predictions: dict[str, dict[object, tuple[float, int | None]]] = {
             t: {} for t in self.targets}
         self.raised: dict[tuple[str, object], int] = {}
