@@ -288,7 +288,8 @@ def tail_rows(directory: Path | str, columns: list[str], rows: int,
 
 # ---- status -------------------------------------------------------------------------------
 #: the attributes of a model that status shows
-MODEL_ATTRIBUTES = ("state", "mode", "mode_switching", "efficiency", "knobs")
+MODEL_ATTRIBUTES = ("state", "mode", "mode_switching", "efficiency",
+                    "efficiency_vs_incumbent", "knobs")
 
 
 def collect_status(mountpoint: Path | str) -> dict[str, Any]:

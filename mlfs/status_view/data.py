@@ -154,7 +154,9 @@ def machine(status: dict) -> dict:
             entry["tick"] = None
         models = {}
         for model, m in entry.get("models", {}).items():
-            models[model] = dict(m, efficiency=json_value(m.get("efficiency"), real=True))
+            models[model] = dict(m, efficiency=json_value(m.get("efficiency"), real=True),
+                                 efficiency_vs_incumbent=json_value(
+                                     m.get("efficiency_vs_incumbent"), real=True))
         entry["models"] = models
         out["subsystems"][name] = entry
     return _no_nan(out)

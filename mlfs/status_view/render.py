@@ -184,13 +184,15 @@ def render(status: dict, color: bool = False, width: int | None = None) -> str:
             out.append(paint("  no models (mkdir models/<name> to create one)", "dim"))
             continue
         out.append(paint(f"  {'model':<16} {'state':<12} {'mode':<15} {'switching':<10} "
-                         f"{'efficiency':>10}  knobs", "dim"))
+                         f"{'efficiency':>10} {'vs incumb.':>10}  knobs", "dim"))
         pad = " " * 19
         for model, m in sub["models"].items():
             eff, state, mode = m["efficiency"], m["state"], m["mode"]
+            versus = m.get("efficiency_vs_incumbent", "?")
             out.append(f"  {model:<16} {paint(f'{state:<12}', state)} "
                        f"{paint(f'{mode:<15}', mode)} {m['mode_switching']:<10} "
-                       f"{paint(f'{eff:>10}', _efficiency_style(eff))}  {m['knobs']}")
+                       f"{paint(f'{eff:>10}', _efficiency_style(eff))} "
+                       f"{paint(f'{versus:>10}', _efficiency_style(versus))}  {m['knobs']}")
             trend = m.get("efficiency_trend", [])
             if trend:
                 finite = [v for v in trend if math.isfinite(v)]

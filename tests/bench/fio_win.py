@@ -14,7 +14,9 @@ a new training:
 1. **Sweep** (no daemon; the backend's `KnobController` writes the knobs and
    restores them): every setting of the candidate's grid, `--sweep-rounds`
    rounds in rotated order, the phases one after the other.  The best static
-   setting is the best "overall"; the per-phase best is the oracle.
+   setting is the best "overall"; the per-phase best is the oracle.  With two
+   rounds or more the best static is chosen on the even rounds and measured on
+   the odd ones (`win_harness.held_out`: no winner's curse), both figures shown.
 2. **Training**: mlfs mounts serving the subsystem (`CONFIGS`), tick 1 s.
    fio runs each phase with ``--status-interval=1``; the glue
    (`fio_phases.FioStream`) turns each report into the application's MiB/s
@@ -76,7 +78,10 @@ from tests.bench.readahead_experiment import scratch_filesystem
 from tests.bench.win_harness import (
     CONDITIONS,
     ModelSwitch,
+    held_out,
+    held_out_text,
     interleave,
+    rounds_of,
     train_online,
     wait_for,
     write_attr,
@@ -386,6 +391,11 @@ def one_run(args: argparse.Namespace, n: int, log: logging.Logger) -> dict:
             analysis = sweeps.analyse({"phases": phases, "values": values})
             out["sweep"] = {"values": values, "analysis": analysis}
             best_label = analysis["best_static"]
+            rounds = rounds_of(values)
+            if len(rounds) >= 2:  # chosen on the even rounds, measured on the odd ones
+                found = out["sweep"]["held_out"] = held_out(rounds, phases, "default")
+                best_label = found["best_static"]
+                print(f"run {n}: sweep held out: {held_out_text(found)}", flush=True)
             best = next(s for s in win_settings(args.candidate)
                         if sweeps.label(s) == best_label)
             print(f"run {n}: sweep: best static {best_label} "

@@ -30,8 +30,11 @@ default are `scoring.overall` of the per-phase ratios (the one rule: equal
 work per phase), for the sweep's best static value too.  A visit is cut at `--cap` x
 `--phase-seconds` (its bytes over its time still count).
 
-1. A sweep (no daemon, sysfs written directly, every value of `--grid`)
-   picks the best static value: the highest overall throughput.
+1. A sweep (no daemon, sysfs written directly, every value of `--grid` and the
+   default once per round, `--sweep-rounds` rounds in rotating order) picks the
+   best static value (the highest overall throughput) and the per-phase oracle
+   on the even rounds and measures them on the odd ones (`win_harness.held_out`:
+   no winner's curse); both figures are printed.
 2. mlfs mounts with a configuration serving ``linux.block.<loop>`` with
    ``apply = {read_ahead_kb = [0, 4096]}``, block tracepoints on (the
    ``trace_*`` features: a sequential scan has long contiguous runs at any
@@ -88,6 +91,7 @@ import mmap
 import os
 import random
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -99,14 +103,16 @@ from pathlib import Path
 
 from mlfs.backends.blktrace import tracer_unavailable
 
-from tests.bench import scoring
 from tests.bench.provenance import measured_commit
 from tests.bench.readahead_experiment import MIB, drop_cache, make_file, scratch_filesystem
 from tests.bench.win_harness import (
     CONDITIONS,
     ModelSwitch,
     fmt,
+    held_out,
+    held_out_text,
     interleave,
+    interleaved_sweep,
     memory_cgroup,
     rates,
     table,
@@ -479,30 +485,33 @@ def experiment(args: argparse.Namespace) -> int:
             print("work per visit (bytes the default reads in "
                   f"{args.phase_seconds:g} s): "
                   + ", ".join(f"{p} {b / MIB:.1f} MiB" for p, b in budgets.items()), flush=True)
-            # 1. the sweep (no daemon; sysfs written directly)
-            for ra in args.grid:
+            # 1. the sweep (no daemon; sysfs written directly), interleaved: every value
+            # once per round, the order rotating; the best static and the oracle are
+            # chosen on the even rounds and measured on the odd ones (`held_out`)
+            grid = list(dict.fromkeys([default, *args.grid]))
+
+            def visit(ra: int, n: int) -> dict:
                 set_read_ahead(device, ra)
-                run = rates(run_cycles(work, args.sweep_cycles, args.phase_seconds * args.cap,
-                                       budgets))
-                sweep[ra] = run["mib_per_s"]
-                print(f"  sweep ra={ra:5d}: {fmt(run)}", flush=True)
+                return rates(run_cycles(work, args.sweep_cycles, args.phase_seconds * args.cap,
+                                        budgets))["mib_per_s"]
+
+            rounds = interleaved_sweep(grid, max(2, args.sweep_rounds), visit)
+            for ra in grid:
+                sweep[ra] = {p: statistics.fmean(r[ra][p] for r in rounds)
+                             for p in rounds[0][ra]}
+                print(f"  sweep ra={ra:5d}: "
+                      + " ".join(f"{k} {v:7.1f}" for k, v in sweep[ra].items()), flush=True)
             set_read_ahead(device, default)
-            # the one rule (scoring.overall): equal work per phase, against the sweep's
-            # default (or, off the grid, what the default read in step 0)
-            ref = sweep.get(default) or {p: budgets[p] / MIB / args.phase_seconds
-                                         for p in PHASES}
-            score = {ra: scoring.overall(scoring.phase_ratios(row, ref, PHASES))
-                     for ra, row in sweep.items()}
-            best = max(sweep, key=score.__getitem__)
-            oracle = {p: max(sweep, key=lambda ra, p=p: sweep[ra][p]) for p in PHASES}
-            oracle_overall = scoring.overall({p: sweep[oracle[p]][p] / ref[p] for p in PHASES})
-            print(f"best static: {best} (x{score[best]:.2f} of the default); best per phase "
-                  f"in the sweep: {oracle} (oracle x{oracle_overall:.2f})", flush=True)
+            found = held_out(rounds, PHASES, default)
+            best, oracle = found["best_static"], found["oracle"]
+            oracle_overall = found["oracle_held_out"]
+            print(held_out_text(found), flush=True)
             # 2. training, then the three conditions interleaved in the mount
             runs, info = run_mlfs(args, work, device, mnt.parent, default, best, budgets, log)
             info["budgets_mib"] = {p: round(b / MIB, 1) for p, b in budgets.items()}
             info["oracle"] = oracle
             info["oracle_overall"] = oracle_overall
+            info["held_out"] = found
             after = get_read_ahead(device)
             print(f"after mlfs unmount: {device} read_ahead_kb = {after} "
                   f"({'restored' if after == default else 'NOT restored'} to {default})",
@@ -569,7 +578,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="runs per condition")
     parser.add_argument("--grid", type=lambda s: [int(v) for v in s.split(",")],
                         default=[0, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096])
-    parser.add_argument("--sweep-cycles", type=int, default=1)
+    parser.add_argument("--sweep-cycles", type=int, default=1,
+                        help="phase cycles per setting per sweep round")
+    parser.add_argument("--sweep-rounds", type=int, default=2,
+                        help="interleaved sweep rounds (>= 2: half choose, half measure)")
     parser.add_argument("--tick", type=float, default=0.25)
     parser.add_argument("--train-seconds", type=float, default=600.0)
     parser.add_argument("--train-phase", type=float, default=4.0,

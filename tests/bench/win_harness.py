@@ -42,7 +42,7 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -259,3 +259,71 @@ def table(results: dict[str, list[dict]], phases: Sequence[str],
     lines.append(f"({unit}: median [min, max] over runs; xN = median / default; overall "
                  "xN = scoring.overall of the phases' xN, equal work per phase)")
     return "\n".join(lines)
+
+
+# ---- the best static and the oracle without winner's curse ---------------------------------
+def interleaved_sweep(settings: Sequence, rounds: int,
+                      visit: Callable[[object, int], Mapping[str, float]]) -> list[dict]:
+    """`rounds` rounds of every setting once, the order rotating per round, so drifts
+    of the machine hit every setting alike; `visit(setting, round)` runs every phase
+    under `setting` and returns {phase: rate}.  The rounds, [{setting: {phase: rate}}],
+    for `held_out`."""
+    out = []
+    for n in range(rounds):
+        shift = n % len(settings)
+        out.append({s: dict(visit(s, n)) for s in [*settings[shift:], *settings[:shift]]})
+    return out
+
+
+def _mean_rates(rounds: Sequence[Mapping]) -> dict:
+    settings = rounds[0].keys()
+    return {s: {p: statistics.fmean(r[s][p] for r in rounds) for p in rounds[0][s]}
+            for s in settings}
+
+
+def held_out(rounds: Sequence[Mapping], phases: Sequence[str], default: object) -> dict:
+    """The best static setting and the per-phase oracle chosen on one half of the
+    interleaved rounds (the even ones) and measured on the other (the odd ones).
+
+    The maximum of noisy measurements is biased up (the winner's curse): a setting
+    picked on a sweep is read again on the same visits that made it win, so a sweep's
+    x1.22 could read x0.85 interleaved.  Chosen and measured on different visits, the
+    figure is unbiased.  Both are returned: `*_in_sample` (chosen and measured on the
+    choosing half) and `*_held_out` (measured on the other), each the `scoring.overall`
+    ratio to `default` on the same half.  Needs at least two rounds."""
+    if len(rounds) < 2:
+        raise ValueError("held_out needs at least two rounds (one to choose, one to measure)")
+    choose, measure = _mean_rates(rounds[0::2]), _mean_rates(rounds[1::2])
+
+    def vs_default(rates: dict, pick: Mapping[str, object]) -> float:
+        return scoring.overall({p: rates[pick[p]][p] / rates[default][p]
+                                if rates[default][p] else 0.0 for p in phases})
+
+    static = {s: vs_default(choose, dict.fromkeys(phases, s)) for s in choose}
+    best = max(static, key=static.__getitem__)
+    oracle = {p: max(choose, key=lambda s, p=p: choose[s][p]) for p in phases}
+    return {
+        "best_static": best,
+        "best_static_in_sample": static[best],
+        "best_static_held_out": vs_default(measure, dict.fromkeys(phases, best)),
+        "oracle": oracle,
+        "oracle_in_sample": vs_default(choose, oracle),
+        "oracle_held_out": vs_default(measure, oracle),
+        "rounds": len(rounds),
+    }
+
+
+def held_out_text(found: dict) -> str:
+    """One line: the held-out best static and oracle beside their in-sample figures."""
+    return (f"best static {found['best_static']}: x{found['best_static_held_out']:.2f} held out "
+            f"(x{found['best_static_in_sample']:.2f} where chosen); oracle "
+            f"{found['oracle']}: x{found['oracle_held_out']:.2f} held out "
+            f"(x{found['oracle_in_sample']:.2f} where chosen), over {found['rounds']} rounds")
+
+
+def rounds_of(values: Mapping[str, Mapping[str, Sequence[float]]]) -> list[dict]:
+    """tests.bench.sweep's {setting: {phase: [rate per round]}} as `held_out`'s rounds
+    (its rounds are interleaved already: every setting once per round, rotating)."""
+    count = min(len(v) for phases in values.values() for v in phases.values())
+    return [{s: {p: v[n] for p, v in phases.items()} for s, phases in values.items()}
+            for n in range(count)]

@@ -14,12 +14,14 @@ from tests.harness import sh, wait_for, write_errno
 
 SUB_ENTRIES = ["control", "dataset", "events", "features", "info", "knobs", "models",
                "objective"]
-MODEL_ENTRIES = ["control", "efficiency", "errors", "feedback", "kind", "knobs", "mode",
-                 "mode_switching", "policy", "recommend", "recommendations", "state"]
+MODEL_ENTRIES = ["control", "efficiency", "efficiency_vs_incumbent", "errors", "feedback",
+                 "incumbent", "kind", "knobs", "mode", "mode_switching", "policy", "recommend",
+                 "recommendations", "state"]
 MODEL_MODES = {
     "control": 0o200, "state": 0o444, "kind": 0o644, "mode": 0o644, "mode_switching": 0o444,
     "knobs": 0o644, "recommend": 0o200, "policy": 0o644, "efficiency": 0o444,
-    "errors": 0o444, "recommendations": 0o755, "feedback": 0o755,
+    "efficiency_vs_incumbent": 0o444, "incumbent": 0o444, "errors": 0o444,
+    "recommendations": 0o755, "feedback": 0o755,
 }
 
 

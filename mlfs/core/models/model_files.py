@@ -101,6 +101,7 @@ def feedback_schema(runtime) -> pa.Schema:
         ("observed", pa.float64()),
         ("baseline", pa.float64()),
         ("efficiency", pa.float64()),
+        ("efficiency_vs_incumbent", pa.float64()),
         ("error", pa.float64()),
     ]
     return pa.schema(fields)

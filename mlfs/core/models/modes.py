@@ -18,7 +18,10 @@ however often the proxy looks:
 - learning -> collaboration: the estimate reaches `to_collaboration` and the
   interval's lower end is at least `demote_below` (confidently not harmful);
 - collaboration -> recommendation: the estimate reaches `to_recommendation`
-  and the interval lies above 1 (a win the data supports);
+  and the interval lies above 1 (a win the data supports), and the policy is
+  proven against the incumbent at the current level, the best fixed setting
+  measured there (`mlfs.core.models.incumbent`: its interval's lower end within
+  `incumbent.TOLERANCE` of the incumbent's estimate; the incumbent wins ties);
 - collaboration / recommendation -> learning: the estimate is below
   `demote_below` and the interval lies below 1 (a loss the data supports).
 
@@ -39,6 +42,7 @@ from mlfs.base.sequential import Interval, interval
 from mlfs.core.mount.events import EventBus
 
 from .efficiency import EfficiencyStats
+from .incumbent import Standing  # or predictor.RuleStanding: the same surface
 
 log = logging.getLogger("mlfs.proxy")
 
@@ -61,9 +65,11 @@ def efficiency_interval(stats: EfficiencyStats) -> Interval:
     return interval(stats.efficiency, stats.confidence, stats.episodes)
 
 
-def transition(mode: str, stats: EfficiencyStats, config) -> Switch | None:
+def transition(mode: str, stats: EfficiencyStats, config,
+               standing: Callable[[], Standing] | None = None) -> Switch | None:
     """The switch the efficiency supports from `mode` (learning, collaboration or
-    recommendation), or None.  `config`: the `[modes]` settings."""
+    recommendation), or None.  `config`: the `[modes]` settings; `standing`: the
+    incumbent's (None: no incumbent, the default is the only bar)."""
     iv = efficiency_interval(stats)
     if not iv.known:
         return None
@@ -78,8 +84,12 @@ def transition(mode: str, stats: EfficiencyStats, config) -> Switch | None:
                           f"efficiency {eff:.3f} >= {config.to_collaboration} {said}")
         return None
     if mode == "collaboration" and eff >= config.to_recommendation and iv.lower > 1.0:
+        bar = standing() if standing is not None else None
+        if bar is not None and not bar.policy_proven:
+            return None  # above the default, not (yet) the best fixed setting here
+        versus = "" if bar is None else bar.why
         return Switch("recommendation",
-                      f"efficiency {eff:.3f} >= {config.to_recommendation} {said}")
+                      f"efficiency {eff:.3f} >= {config.to_recommendation} {said}{versus}")
     if eff < config.demote_below and iv.upper < 1.0:
         return Switch("learning", f"efficiency {eff:.3f} < {config.demote_below} {said}")
     return None
@@ -177,7 +187,8 @@ class ModeMachine:
             self.switch(self.pinned or "learning", f"trainer is back ({what})")
 
     def update(self, critical: str | None, silent_seconds: float,
-               stats: Callable[[], EfficiencyStats]) -> None:
+               stats: Callable[[], EfficiencyStats],
+               standing: Callable[[], Standing] | None = None) -> None:
         """One tick's decision, in order of precedence: the operator, the critical
         state, the model's own pin, a cool-down, trainer silence, the efficiency."""
         config = self.config
@@ -208,6 +219,6 @@ class ModeMachine:
         dwell = self._next_tick() - self.last_transition_tick
         if dwell < config.min_dwell_ticks or self.ml_since_transition < config.min_ml_ticks:
             return
-        found = transition(self.mode, stats(), config)
+        found = transition(self.mode, stats(), config, standing)
         if found is not None:
             self.switch(found.mode, found.why, cause=found.cause)

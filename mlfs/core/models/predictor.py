@@ -187,3 +187,88 @@ class PredictorEfficiency:
         ratio = theirs / mine
         sd = math.sqrt(var_mine / mine ** 2 + var_theirs / theirs ** 2)
         return ratio, (math.log(ratio) / sd if sd > 0 else math.nan)
+
+
+def _median_lead(side: Tally) -> float:
+    return float(np.median(side.leads)) if side.leads else 0.0
+
+
+@dataclass(frozen=True)
+class RuleStanding:
+    """A predictor's standing against its incumbent, the rule it is shadowed against
+    (the `incumbent.Standing` the mode machine reads): the model beats it on outcomes
+    when it raises no more false alarms and catches more events, or as many with a
+    longer median lead.  The cost ratio (`efficiency`) can favour a model that buys one
+    more catch with several false alarms; an operator keeps the rule then (issue 53's
+    failing disk: the model caught 4/4 with two false alarms, "alert after the first
+    error" 4/4 with none), so recommendation, where the model's alerts replace the
+    rule's, waits for this; collaboration raises both."""
+
+    model: Tally
+    rule: Tally
+    efficiency: float
+
+    #: the rule is the incumbent and the default at once: its estimate is 1
+    estimate = 1.0
+
+    @property
+    def incumbent(self) -> str:
+        return "rule"
+
+    @property
+    def vs_incumbent(self) -> float:
+        return self.efficiency
+
+    @property
+    def policy_proven(self) -> bool:
+        model, rule = self.model, self.rule
+        if model.events == 0 or model.false_alarms > rule.false_alarms:
+            return False
+        return model.caught > rule.caught or (
+            model.caught == rule.caught and _median_lead(model) > _median_lead(rule))
+
+    @property
+    def why(self) -> str:
+        model, rule = self.model, self.rule
+        return (f", against the rule: caught {model.caught}/{model.events} (rule "
+                f"{rule.caught}), false alarms {model.false_alarms} (rule "
+                f"{rule.false_alarms}), median lead {_median_lead(model):g} ticks (rule "
+                f"{_median_lead(rule):g})")
+
+    def text(self) -> str:
+        """The predictor's `incumbent` file."""
+        proven = "yes" if self.policy_proven else "no"
+        return (f"rule{self.why[len(', against the rule'):]}\nmodel_beats_rule {proven}\n")
+
+
+class RuleIncumbent:
+    """A predictor's incumbent: the rule, judged beside the model by the shadow book.
+
+    The same surface as `incumbent.Incumbent` (the proxy, the files and the metrics
+    call it alike); a prediction sets no knob, so there is nothing to probe or apply."""
+
+    def __init__(self, window) -> None:
+        self.window = window  # the proxy's PredictorWindow: its efficiency restarts per mode
+
+    def standing(self) -> RuleStanding:
+        efficiency = self.window.efficiency
+        return RuleStanding(efficiency.model, efficiency.rule, efficiency.estimate()[0])
+
+    def file_text(self) -> str:
+        return self.standing().text()
+
+    def versus_text(self) -> str:
+        value = self.standing().vs_incumbent
+        return "nan\n" if math.isnan(value) else f"{value:.3f}\n"
+
+    def versus(self, ratio: float) -> float | None:
+        return ratio if math.isfinite(ratio) else None
+
+    def decide(self, *args) -> None:
+        return None
+
+    def ran(self, source: str, objective: float) -> None:
+        return None
+
+    def measured(self, *args) -> None:
+        return None

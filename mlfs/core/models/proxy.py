@@ -92,6 +92,7 @@ class ModelProxy:
         self.default_ticks = 0
         self.errors_abs_sum = 0.0  # feedback |observed - expected|, for metrics
         self.errors_count = 0
+        self.incumbent = None
         self._setup()
         self._load()
         if runtime.mount.emergency_pinned:  # created (or reloaded) under the pin
@@ -99,7 +100,12 @@ class ModelProxy:
 
     # ---- what a kind fills in ----------------------------------------------------
     def _setup(self) -> None:
-        """The kind's own attributes, made before the saved state is read back."""
+        """The kind's own attributes, made before the saved state is read back.
+
+        A kind sets `self.incumbent` here when it has one (what recommendation must
+        beat besides the default: docs/ABI.md "The incumbent"); None means the default
+        alone judges promotion.
+        """
 
     @classmethod
     def default_controlled(cls, subsystem: Subsystem) -> list[str]:
@@ -391,4 +397,5 @@ class ModelProxy:
         self.installed.drop(reason)
 
     def update_mode(self, critical: str | None) -> None:
-        self.modes.update(critical, self.clock() - self.last_trainer_input, self.evidence)
+        self.modes.update(critical, self.clock() - self.last_trainer_input, self.evidence,
+                          None if self.incumbent is None else self.incumbent.standing)

@@ -75,6 +75,10 @@ class SafeSet:
         self._baseline = np.zeros(kept)
         self._ratio = np.zeros(kept)
         self._slot = np.zeros(kept, dtype=np.int64)
+        #: the pair's tick and whether the model chose its setting (`incumbent`: episodes
+        #: are runs of consecutive ticks; the model is judged on its own pairs)
+        self._tick = np.zeros(kept, dtype=np.int64)
+        self._by_model = np.zeros(kept, dtype=bool)
         self._count = 0  # pairs ever recorded; the ring holds the last `kept`
         self._slots: dict[tuple, int] = {}  # a setting (sorted (column, value)) -> slot
         self._settings: list[dict[str, KnobValue]] = []
@@ -86,9 +90,20 @@ class SafeSet:
     def default_tick(self, objective: float) -> None:
         self.level = objective
 
-    def measured(self, knobs: Mapping[str, KnobValue], baseline: float, ratio: float) -> None:
+    @property
+    def pairs_seen(self) -> int:
+        """Pairs ever recorded (a change means the measurements changed)."""
+        return self._count
+
+    def setting(self, slot: int) -> dict[str, KnobValue]:
+        return dict(self._settings[slot])
+
+    def measured(self, knobs: Mapping[str, KnobValue], baseline: float, ratio: float,
+                 tick: int = -1, by_model: bool = False) -> None:
         """One stable pair: the setting `knobs` (knob column -> value) ran at `baseline`
-        (the default's objective around it) and did `ratio` times as well."""
+        (the default's objective around it) and did `ratio` times as well, on `tick`,
+        chosen by the model (`by_model`: `incumbent.Incumbent.measured` says which
+        ticks are) or not."""
         if not (math.isfinite(baseline) and baseline > 0 and math.isfinite(ratio)):
             return
         key = tuple(sorted(knobs.items()))
@@ -100,21 +115,28 @@ class SafeSet:
             self._settings.append(dict(knobs))
         i = self._count % len(self._slot)
         self._baseline[i], self._ratio[i], self._slot[i] = baseline, ratio, slot
+        self._tick[i], self._by_model[i] = tick, by_model
         self._count += 1
+
+    def at_level(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The pairs measured at the current level: (slot, tick, ratio, chosen by the model)."""
+        held = min(self._count, len(self._slot))
+        if not held or not (math.isfinite(self.level) and self.level > 0):
+            empty = np.zeros(0)
+            return empty.astype(np.int64), empty.astype(np.int64), empty, empty.astype(bool)
+        near = np.abs(np.log(self._baseline[:held] / self.level)) <= math.log(LEVEL_RATIO)
+        return (self._slot[:held][near], self._tick[:held][near], self._ratio[:held][near],
+                self._by_model[:held][near])
 
     def _at_level(self, candidates: list[dict[str, KnobValue]]
                   ) -> tuple[np.ndarray, np.ndarray]:
         """Per candidate: pairs measured at the current level and their mean ratio."""
         n = len(candidates)
         counts, sums = np.zeros(n), np.zeros(n)
-        held = min(self._count, len(self._slot))
-        if not held or not (math.isfinite(self.level) and self.level > 0):
+        slots, _, ratios, _ = self.at_level()
+        if not len(slots):
             return counts, sums
-        near = np.abs(np.log(self._baseline[:held] / self.level)) <= math.log(LEVEL_RATIO)
-        if not near.any():
-            return counts, sums
-        which = self._to_candidate(candidates)[self._slot[:held][near]]
-        ratios = self._ratio[:held][near]
+        which = self._to_candidate(candidates)[slots]
         known = which >= 0
         counts += np.bincount(which[known], minlength=n)
         sums += np.bincount(which[known], weights=ratios[known], minlength=n)

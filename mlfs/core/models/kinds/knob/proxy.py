@@ -24,6 +24,7 @@ from mlfs.base.text import decode_text, parse_recommendations
 from ...decision import Decision, Recommendation
 from ...efficiency import EfficiencyWindow
 from ...episodes import Hold, Interleaving, episode_ticks, pair_span
+from ...incumbent import Incumbent
 from ...model_files import feedback_schema
 from ...policy import Policy, PolicyRemoved
 from ...proxy import ModelProxy
@@ -44,6 +45,9 @@ class KnobProxy(ModelProxy):
         #: what the policy may choose in collaboration and recommendation
         self.safe = SafeSet()
         self._knob_columns = [knob_column(name) for name in subsystem.knobs]
+        #: the best fixed setting measured at the current level (incumbent.py)
+        self.incumbent = Incumbent(self.safe, dict(zip(self._knob_columns,
+                                                       subsystem.knobs, strict=True)))
         self.current: Recommendation | None = None
         # knobs with carry-over (Knob.settle_ticks): episodes and settling ticks
         self._settle = {name: knob.settle_ticks for name, knob in subsystem.knobs.items()}
@@ -160,6 +164,9 @@ class KnobProxy(ModelProxy):
                 rec.applied = True
                 self._finish(rec, "applied", f"tick {tick}")
             return Decision(dict(rec.knobs), rec.expect, "recommendation", rec.id)
+        fixed = self.incumbent.decide(tick, self.mode, self.controlled, self.policy is not None)
+        if fixed is not None:  # recommendation's unproven policy, or the bandit's probe
+            return Decision(fixed, None, "incumbent", None)
         if self.policy is not None and features is not None:
             allowed = None
             if self.mode in RESTRICTED_MODES and self.modes.switching == "auto":
@@ -200,6 +207,7 @@ class KnobProxy(ModelProxy):
             self._write_feedback(self.window.add_default(tick, objective, settling))
             return
         self.ml_ticks += 1
+        self.incumbent.ran(decision.source, objective)
         self.modes.ml_since_transition += 1
         if self.state == "started":
             self._set_state("running")
@@ -224,9 +232,11 @@ class KnobProxy(ModelProxy):
                 self.errors_count += 1
             row["baseline"] = pair.baseline if math.isfinite(pair.baseline) else None
             row["efficiency"] = pair.ratio if math.isfinite(pair.ratio) else None
+            row["efficiency_vs_incumbent"] = self.incumbent.versus(pair.ratio)
             if pair.stable:
-                self.safe.measured({c: row.get(c) for c in self._knob_columns},
-                                   pair.baseline, pair.ratio)
+                self.incumbent.measured({c: row.get(c) for c in self._knob_columns},
+                                        pair.baseline, pair.ratio, pair.tick, row["source"],
+                                        self.mode)
             self.feedback.append(row)
 
 

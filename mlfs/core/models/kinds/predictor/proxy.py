@@ -33,7 +33,7 @@ from mlfs.abi import Target, WindowState
 from mlfs.base.clock import rfc3339
 
 from ...efficiency import EfficiencyStats
-from ...predictor import Judged, PredictorEfficiency, ShadowBook
+from ...predictor import Judged, PredictorEfficiency, RuleIncumbent, ShadowBook
 from ...proxy import ModelProxy
 from .inputs import Prediction, PredictionPolicy, parse_predictions
 
@@ -91,6 +91,7 @@ class PredictorProxy(ModelProxy):
 
     def _setup(self) -> None:
         self.targets: dict[str, Target] = dict(self.runtime.subsystem.targets)
+        self.incumbent = RuleIncumbent(self.window)  # the rule: recommendation must beat it
         self.predictions: dict[str, dict[object, tuple[float, int | None]]] = {
             t: {} for t in self.targets}
         self.raised: dict[tuple[str, object], int] = {}

@@ -1,0 +1,198 @@
+"""The incumbent's bandit on synthetic paired data (mlfs/core/models/incumbent.py).
+
+Pairs are fed as the proxy feeds them (`Incumbent.measured`: a setting, its
+baseline, its ratio to the default, its tick, who chose it), in episodes of
+consecutive ticks, with seeded noise; the level is a default tick's objective.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+from mlfs.base.sequential import Interval
+from mlfs.config import parse_config
+from mlfs.core.models.efficiency import EfficiencyStats
+from mlfs.core.models.incumbent import TOLERANCE, Arm, Incumbent, Standing
+from mlfs.core.models.modes import transition
+from mlfs.core.models.safe_set import SafeSet
+
+MODES = parse_config("", "defaults").modes
+LEVEL = 100.0
+
+
+def feed(incumbent: Incumbent, gains: dict[int, float], episodes: int, rng: random.Random,
+         noise: float = 0.05, source: str = "recommendation", mode: str = "learning",
+         start: int = 0, episode_ticks: int = 3) -> int:
+    """`episodes` episodes per setting (knob_x = key), interleaved; returns the next tick."""
+    tick = start
+    for _ in range(episodes):
+        for value, gain in gains.items():
+            for _ in range(episode_ticks):
+                ratio = gain * (1 + rng.gauss(0, noise))
+                incumbent.measured({"knob_x": value}, LEVEL, ratio, tick, source, mode)
+                tick += 1
+            tick += 2  # a default episode between
+    return tick
+
+
+def fresh() -> Incumbent:
+    safe = SafeSet()
+    safe.default_tick(LEVEL)
+    return Incumbent(safe, {"knob_x": "x"})
+
+
+def test_the_bandit_finds_the_best_arm_on_paired_data():
+    incumbent = fresh()
+    feed(incumbent, {0: 1.0, 1: 1.08, 2: 1.25, 3: 1.18, 4: 0.7}, 30, random.Random(1))
+    standing = incumbent.standing()
+    assert standing.incumbent is not None
+    assert standing.incumbent.knobs == {"x": 2}
+    assert 1.2 < standing.estimate < 1.3
+    # the clear losers are eliminated; the close second may still contend
+    assert standing.contenders <= 2
+    assert "x=2 x1.2" in incumbent.file_text()
+
+
+def test_no_incumbent_without_evidence():
+    incumbent = fresh()
+    # one episode of a great-looking setting: not proven (too few episodes)
+    feed(incumbent, {5: 1.6}, 1, random.Random(2))
+    assert incumbent.standing().incumbent is None
+    assert incumbent.standing().estimate == 1.0
+    # a setting as good as the default, however often measured, is not an incumbent
+    feed(incumbent, {6: 1.0}, 60, random.Random(3), start=100)
+    assert incumbent.standing().incumbent is None
+    assert incumbent.file_text().startswith("default x1.000\n")
+
+
+def test_pairs_at_another_level_do_not_count():
+    incumbent = fresh()
+    feed(incumbent, {2: 1.3}, 20, random.Random(4))
+    assert incumbent.standing().incumbent is not None
+    incumbent.safe.default_tick(LEVEL * 3)  # another workload level: nothing measured there
+    assert incumbent.standing().incumbent is None
+
+
+def test_ties_go_to_the_incumbent():
+    incumbent = fresh()
+    rng = random.Random(5)
+    feed(incumbent, {1: 1.2}, 20, rng)
+    assert incumbent.standing().incumbent.knobs == {"x": 1}
+    # a challenger as good (slightly better by chance) does not take its place
+    feed(incumbent, {2: 1.21}, 40, rng, start=1000)
+    assert incumbent.standing().incumbent.knobs == {"x": 1}
+    # a clearly better one does
+    feed(incumbent, {3: 1.5}, 20, rng, start=2000)
+    assert incumbent.standing().incumbent.knobs == {"x": 3}
+
+
+def test_the_policy_is_proven_only_within_the_tolerance():
+    incumbent = fresh()
+    rng = random.Random(6)
+    feed(incumbent, {2: 1.3}, 20, rng)
+    assert not incumbent.standing().policy_proven  # the policy has no ticks here yet
+    # a policy that ties the default's beater at x1.1: above the default, below the incumbent
+    feed(incumbent, {1: 1.1}, 30, rng, source="policy", start=1000)
+    standing = incumbent.standing()
+    assert standing.policy.known and standing.policy.lower > 1.0
+    assert not standing.policy_proven
+    assert math.isclose(standing.vs_incumbent, 1.1 / 1.3, rel_tol=0.03)
+    # recommendation runs the incumbent meanwhile, never the unproven policy
+    assert incumbent.choose("recommendation", ["x"]) == {"x": 2}
+    assert incumbent.choose("collaboration", ["x"]) is None
+    # the same policy choosing the incumbent's setting ties it: proven within the tolerance
+    other = fresh()
+    feed(other, {2: 1.3}, 20, rng)
+    feed(other, {2: 1.3}, 60, rng, source="policy", start=1000, noise=0.02)
+    assert other.standing().policy_proven
+    assert other.choose("recommendation", ["x"]) is None
+
+
+def test_learning_recommendations_are_explorations_not_the_model():
+    incumbent = fresh()
+    feed(incumbent, {2: 1.3}, 20, random.Random(7), source="recommendation", mode="learning")
+    assert not incumbent.standing().policy.known
+    feed(incumbent, {2: 1.3}, 20, random.Random(8), source="recommendation",
+         mode="collaboration", start=1000)
+    assert incumbent.standing().policy.known
+
+
+def test_the_bandit_probes_undecided_arms_and_holds_one_for_an_episode():
+    incumbent = fresh()
+    rng = random.Random(9)
+    feed(incumbent, {1: 1.3}, 20, rng)
+    feed(incumbent, {2: 1.25}, 2, rng, start=1000)  # undecided: two episodes
+    feed(incumbent, {3: 0.5}, 20, rng, start=2000)  # eliminated
+    assert incumbent.next_arm() == {"x": 2}
+    assert incumbent.decide(5000, "learning", ["x"], has_policy=False) == {"x": 2}
+    feed(incumbent, {2: 1.0}, 5, rng, start=3000)  # the probe's arm changes standing...
+    # ...but the episode under way keeps its setting
+    assert incumbent.decide(5001, "learning", ["x"], has_policy=False) == {"x": 2}
+    # a model with a policy is not probed by the proxy; collaboration is not either
+    assert incumbent.decide(5002, "learning", ["x"], has_policy=True) is None
+    assert incumbent.decide(5003, "collaboration", ["x"], has_policy=False) is None
+
+
+def _stats(efficiency: float, confidence: float) -> EfficiencyStats:
+    return EfficiencyStats(efficiency, confidence, 400, 400, LEVEL, 0, 200, 0)
+
+
+def _standing(incumbent: float | None, policy: Interval) -> Standing:
+    arm = None if incumbent is None else Arm(
+        {"x": 2}, Interval(incumbent, incumbent - 0.05, incumbent + 0.05, 20, True))
+    return Standing(arm, policy, 1)
+
+
+def test_promotion_needs_the_default_and_the_incumbent():
+    good = _stats(1.2, 20.0)  # far above the default
+    assert transition("collaboration", good, MODES).mode == "recommendation"
+    # the default as incumbent: the default's bar alone
+    unknown = Interval(math.nan, -math.inf, math.inf, 0, False)
+    assert transition("collaboration", good, MODES,
+                      lambda: _standing(None, unknown)).mode == "recommendation"
+    # a proven incumbent the policy does not reach: no promotion (the incumbent wins)
+    below = Interval(1.2, 1.15, 1.25, 50, True)
+    assert transition("collaboration", good, MODES, lambda: _standing(1.3, below)) is None
+    assert transition("collaboration", good, MODES, lambda: _standing(1.3, unknown)) is None
+    # within the tolerance: promoted, the figure stated in the why
+    near = Interval(1.3, 1.3 * (1 - TOLERANCE) + 0.001, 1.33, 50, True)
+    switch = transition("collaboration", good, MODES, lambda: _standing(1.3, near))
+    assert switch.mode == "recommendation" and "the incumbent" in switch.why
+    # the incumbent never blocks collaboration, which is judged against the default
+    assert transition("learning", good, MODES,
+                      lambda: _standing(1.3, below)).mode == "collaboration"
+
+
+def test_a_phase_change_seen_on_the_incumbents_tick_hands_over_until_the_next_default():
+    incumbent = fresh()
+    feed(incumbent, {2: 1.3}, 20, random.Random(10))
+    assert incumbent.choose("recommendation", ["x"]) == {"x": 2}
+    incumbent.ran("incumbent", LEVEL * 1.3 * 1.05)  # as expected at this level: kept
+    assert incumbent.choose("recommendation", ["x"]) == {"x": 2}
+    incumbent.ran("policy", LEVEL * 5)  # not the incumbent's tick: says nothing of it
+    assert incumbent.choose("recommendation", ["x"]) == {"x": 2}
+    incumbent.ran("incumbent", LEVEL * 1.3 * 3)  # the workload moved since the default tick
+    assert incumbent.choose("recommendation", ["x"]) is None
+    incumbent.safe.default_tick(LEVEL * 1.02)  # the next default tick: this level again
+    assert incumbent.choose("recommendation", ["x"]) == {"x": 2}
+
+
+def test_an_undecided_policy_takes_turns_with_the_incumbent_a_worse_one_does_not():
+    rng = random.Random(11)
+    undecided = fresh()
+    feed(undecided, {2: 1.3}, 30, rng, noise=0.02)
+    assert undecided.standing().incumbent.knobs == {"x": 2}  # standing: it keeps ties
+    feed(undecided, {1: 1.28}, 4, rng, source="policy", start=1000, noise=0.1)
+    policy = undecided.standing().policy
+    assert policy.known and policy.lower < 1.3 * (1 - TOLERANCE) < 1.3 < policy.upper
+    turns = [undecided.choose("recommendation", ["x"], tick) for tick in range(20)]
+    assert turns.count(None) == 10 and turns.count({"x": 2}) == 10
+    # no policy to give turns to: the incumbent runs every tick
+    assert all(undecided.choose("recommendation", ["x"], tick, has_policy=False) == {"x": 2}
+               for tick in range(20))
+    worse = fresh()
+    feed(worse, {2: 1.3}, 30, rng, noise=0.02)
+    feed(worse, {1: 1.0}, 30, rng, source="policy", start=1000, noise=0.02)
+    assert worse.standing().policy.upper < 1.3
+    assert all(worse.choose("recommendation", ["x"], tick) == {"x": 2} for tick in range(20))
