@@ -15,6 +15,9 @@ from pathlib import Path
 
 import pytest
 
+#: fixtures shared by modules of both tiers: `s3_endpoint`, a moto S3 server per module
+pytest_plugins = ["tests.moto_s3"]
+
 # Transitional: branches written before tests/harness.py existed import these
 # from here; new code imports tests.harness.  Drop once every branch is merged.
 

@@ -211,6 +211,34 @@ def new_model(sub: Path, name: str, start: bool = True) -> Path:
     return model
 
 
+@contextlib.contextmanager
+def exploring_mounts(root: Path, seeds: tuple[int, ...], portions: int = 8):
+    """Mounts of sim.readahead (one per seed, named h<seed>), each with a model pinned to
+    collaboration (half the ticks follow its recommendations) trying the read_ahead_kb
+    settings in turn, until every mount sealed `portions` dataset portions: the rows of a
+    fleet of hosts that explored.  Yields the running mounts; ends them (SIGTERM) on exit."""
+    mounts = [Mount(root, config=FAST_CONFIG.replace("seed = 1", f"seed = {s}"), name=f"h{s}")
+              for s in seeds]
+    try:
+        models = []
+        for m in mounts:
+            m.start()
+            models.append(new_model(m.sub, "explore"))
+            (models[-1] / "mode").write_text("collaboration\n")
+        settings = [0, 16, 64, 128, 512, 1024, 2048, 4096]
+        step = 0
+        while min(len(list((m.sub / "dataset").glob("*.parquet"))) for m in mounts) < portions:
+            for model in models:
+                (model / "recommend").write_text(
+                    f"read_ahead_kb={settings[step % len(settings)]}\n")
+            step += 1
+            time.sleep(0.1)
+        yield mounts
+    finally:
+        for m in mounts:
+            m.kill(signal.SIGTERM)
+
+
 def read_rows(directory: Path) -> list[dict]:
     """Every row of every portion in `directory` (a Parquet dataset), in portion order."""
     import pyarrow.parquet as pq

@@ -3,7 +3,8 @@
 The process is started on a free port, polled until it answers, and stopped by its pid
 (terminate, then kill) when the fixture ends.  The endpoint reaches s3fs through
 botocore's own `AWS_ENDPOINT_URL` setting, in this process and in any `mlfs` command a
-test starts, so the code under test carries no test switch.
+test starts, so the code under test carries no test switch.  A test takes it with the
+`s3_endpoint` fixture (tests/conftest.py registers this module): one server per module.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+import pytest
 
 #: what botocore needs to talk to moto (any key is accepted there)
 S3_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
@@ -75,3 +78,21 @@ def new_bucket(name: str) -> str:
     fs = s3fs.S3FileSystem(skip_instance_cache=True)
     fs.mkdir(name)
     return f"s3://{name}"
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint(tmp_path_factory) -> Iterator[str]:
+    """A moto server for the module, named in this process's environment (the `mlfs`
+    commands and Dask processes a test starts inherit it) until the module ends."""
+    log = tmp_path_factory.mktemp("moto") / "moto.log"
+    with moto_server(log) as endpoint:
+        saved = {k: os.environ.get(k) for k in s3_environment(endpoint)}
+        os.environ.update(s3_environment(endpoint))
+        try:
+            yield endpoint
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value

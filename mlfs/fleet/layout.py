@@ -12,7 +12,7 @@ Polars, pyarrow, Spark and Dask read a kind of rows as one table:
     policies/<S>/<NNNNNNNNNN>.txt     a fleet policy (LightGBM text)
     policies/<S>/<NNNNNNNNNN>.sig     the card's Ed25519 signature (mlfs/fleet/signing.py)
     policies/<S>/<NNNNNNNNNN>.json    its model card, written last
-    claims/<H>.json                   which state directory pushes as host H (push.py)
+    claims/<H>.json                   which state directory pushes as host H (host.py)
     manifests/<H>.json                host H's shipped portion numbers per source,
                                       written after the objects (manifest.py)
     status/<H>.json                   host H's pusher after its last pass: backlog,

@@ -18,7 +18,7 @@ scheme in `STORES` (a plain path is a directory):
   S3's conditional write (`If-None-Match: *`).
 * `FsspecStore` (any other fsspec URL: `gcs://`, `ssh://`, ...): whole writes
   are not promised and no conditional write is known, so `put_if_absent` is
-  refused with `Unsupported`, and with it the host claim (push.py).
+  refused with `Unsupported`, and with it the host claim (host.py).
   `MemoryStore` (`memory://`, one process's) adds a lock and so a conditional
   write.
 

@@ -243,9 +243,8 @@ class ModelFiles(Dir):
                  write=lambda d: control.upload_policy(proxy, d), buffered=True,
                  refused=lambda code, reason, d: proxy.refuse("policy", d, Refused(code, reason))))
         add(Attr(tree, "efficiency", self, read=proxy.efficiency_text))
-        if proxy.incumbent is not None:  # what recommendation must beat besides the default
-            add(Attr(tree, "efficiency_vs_incumbent", self, read=proxy.incumbent.versus_text))
-            add(Attr(tree, "incumbent", self, read=proxy.incumbent.file_text))
+        add(Attr(tree, "efficiency_vs_incumbent", self, read=proxy.incumbent.versus_text))
+        add(Attr(tree, "incumbent", self, read=proxy.incumbent.file_text))
         add(Attr(tree, "errors", self, read=proxy.errors_text))
         for file in kind_of(proxy).files:  # the kind's own files (kinds.ModelKind.files)
             add(Attr(tree, file.name, self,

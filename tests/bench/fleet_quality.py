@@ -54,9 +54,9 @@ from mlfs.backends.sim_readahead import SimReadahead
 
 from mlfs.config import load_config
 from mlfs.core.mount.exchange import Exchange
+from mlfs.fleet.host import with_host_columns
 from mlfs.fleet.layout import Source, info_path
 from mlfs.fleet.pull import fetch
-from mlfs.fleet.push import with_host_columns
 from mlfs.fleet.signing import keygen
 from mlfs.fleet.store import Store
 from mlfs.fleet.train import train

@@ -16,9 +16,7 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 import uuid
-from pathlib import Path
 
 import pytest
 
@@ -26,8 +24,15 @@ from mlfs.client import end_process
 from mlfs.fleet.signing import keygen
 from mlfs.fleet.store import Store
 from tests.dask_cluster import dask_cluster
-from tests.harness import FAST_CONFIG, REPO, Mount, mlfs_command, new_model, wait_for
-from tests.moto_s3 import moto_server, new_bucket, s3_environment
+from tests.harness import (
+    FAST_CONFIG,
+    REPO,
+    Mount,
+    exploring_mounts,
+    mlfs_command,
+    wait_for,
+)
+from tests.moto_s3 import new_bucket
 
 pytestmark = pytest.mark.mount
 
@@ -36,62 +41,22 @@ pytestmark = pytest.mark.mount
 UPLOAD_SECONDS = 300
 
 
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    log = tmp_path_factory.mktemp("moto") / "moto.log"
-    with moto_server(log) as endpoint:
-        saved = {k: os.environ.get(k) for k in s3_environment(endpoint)}
-        os.environ.update(s3_environment(endpoint))  # the CLI and dask inherit it
-        try:
-            yield endpoint
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
-
-
 def run(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run(mlfs_command(*args), capture_output=True, text=True,
                           timeout=timeout, cwd=REPO)
 
 
-def exploring_mounts(root: Path, seeds: tuple[int, ...], portions: int = 8) -> list[Mount]:
-    """Mounts whose models, pinned to collaboration, try read_ahead_kb settings in turn
-    until each has sealed `portions` dataset portions."""
-    mounts = [Mount(root, config=FAST_CONFIG.replace("seed = 1", f"seed = {s}"), name=f"h{s}")
-              for s in seeds]
-    models = []
-    for m in mounts:
-        m.start()
-        models.append(new_model(m.sub, "explore"))
-        (models[-1] / "mode").write_text("collaboration\n")
-    settings = [0, 16, 64, 128, 512, 1024, 2048, 4096]
-    step = 0
-    while min(len(list((m.sub / "dataset").glob("*.parquet"))) for m in mounts) < portions:
-        for model in models:
-            (model / "recommend").write_text(f"read_ahead_kb={settings[step % 8]}\n")
-        step += 1
-        time.sleep(0.1)
-    return mounts
-
-
-def test_push_train_report_and_pull_round_trip_on_s3(s3, mount_root, tmp_path):
+def test_push_train_report_and_pull_round_trip_on_s3(s3_endpoint, mount_root, tmp_path):
     url = new_bucket(f"fleet-{uuid.uuid4().hex[:12]}") + "/fleet"
     key = tmp_path / "fleet.key"
     keygen(key)
-    mounts = exploring_mounts(mount_root, (1, 2))
     hosts = []
-    try:
+    with exploring_mounts(mount_root, (1, 2)) as mounts:
         for m in mounts:
             done = run("fleet", "push", str(m.mountpoint), "--store", url, "--state-dir",
                        str(m.state_dir), "--once", timeout=120)
             assert done.returncode == 0, done.stderr
             hosts.append((m.mountpoint / "host").read_text().strip())
-    finally:
-        for m in mounts:
-            m.kill(signal.SIGTERM)
     store = Store(url)
     assert sorted(store.list("claims/")) == sorted(f"claims/{h}.json" for h in hosts)
     assert sorted(store.list("manifests/")) == sorted(f"manifests/{h}.json" for h in hosts)

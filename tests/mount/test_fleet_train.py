@@ -9,7 +9,6 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -30,9 +29,9 @@ from tests.harness import (
     FAST_CONFIG,
     REPO,
     Mount,
+    exploring_mounts,
     fleet_push_once,
     mlfs_command,
-    new_model,
     new_mount_root,
     wait_for,
 )
@@ -59,37 +58,16 @@ def start_trainer(m: Mount, *extra: str) -> subprocess.Popen:
 
 @pytest.fixture(scope="module")
 def fleet_store():
-    """Two hosts (seeds 1 and 2), each with a model pinned to collaboration (half the
-    ticks follow its recommendations) trying read_ahead_kb settings in turn, ran 8
-    portions and pushed once; the mounts are gone."""
+    """Two hosts (seeds 1 and 2) that explored read_ahead_kb for 8 portions
+    (`exploring_mounts`) and pushed once; the mounts are gone."""
     root = new_mount_root()
     store = root / "store"
     hosts = []
-    mounts = [Mount(root, config=FAST_CONFIG.replace("seed = 1", f"seed = {i}"), name=f"h{i}")
-              for i in (1, 2)]
-    trainers: list[subprocess.Popen] = []
-    try:
-        models = []
-        for m in mounts:
-            m.start()
-            models.append(new_model(m.sub, "explore"))
-            (models[-1] / "mode").write_text("collaboration\n")
-        settings = [0, 16, 64, 128, 512, 1024, 2048, 4096]
-        step = 0
-        while min(len(list((m.sub / "dataset").glob("*.parquet"))) for m in mounts) < 8:
-            for model in models:
-                (model / "recommend").write_text(f"read_ahead_kb={settings[step % 8]}\n")
-            step += 1
-            time.sleep(0.1)
+    with exploring_mounts(root, (1, 2)) as mounts:
         for m in mounts:
             fleet_push_once(m, store, timeout=60)
             hosts.append((m.mountpoint / "host").read_text().strip())
         info = json.loads((mounts[0].sub / "info").read_text())
-    finally:
-        for proc in trainers:
-            end_process(proc)
-        for m in mounts:
-            m.kill(signal.SIGTERM)
     yield store, hosts, info
     shutil.rmtree(root, ignore_errors=True)
 

@@ -38,8 +38,11 @@ from tests.harness import (
 )
 
 #: the files every model directory has, whatever its kind
+#: every kind's files; `incumbent` and `efficiency_vs_incumbent` too, since every kind
+#: is judged against the simplest thing that works besides the default (docs/ABI.md)
 SHARED_FILES = {"control", "state", "kind", "mode", "mode_switching", "recommend", "policy",
-                "efficiency", "errors", "recommendations", "feedback"}
+                "efficiency", "efficiency_vs_incumbent", "incumbent", "errors",
+                "recommendations", "feedback"}
 
 
 @pytest.fixture(scope="module", params=sorted(KINDS))

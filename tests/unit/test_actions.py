@@ -7,6 +7,7 @@ import pytest
 
 from mlfs.core.mount import actions
 from mlfs.core.mount.actions import ActionRunner
+from mlfs.core.mount.containment import Cgroups
 from tests.harness import wait_for
 
 
@@ -69,7 +70,7 @@ def test_without_cgroups_a_command_lives_while_its_process_group_does_and_dies_w
     cgroup holds it.)"""
     runner = ActionRunner({"s": {"action": ["/bin/sh", "-c", "sleep 4321.5 & echo $! > $1",
                                             "sh"], "action_timeout_seconds": 3600}},
-                          cgroups=actions.Cgroups(None))
+                          cgroups=Cgroups(None))
     pidfile = tmp_path / "sleep.pid"
     try:
         assert runner.start("s", str(pidfile), lambda *report: None)

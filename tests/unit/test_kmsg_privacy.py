@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from mlfs.fleet.push import shipped_table
+from mlfs.fleet.host import shipped_table
 from mlfs.kmsg import classify, private_masked
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "kmsg-private"

@@ -17,6 +17,19 @@ def test_installed_packages_claim_no_generic_top_level_name():
     assert config["package-dir"]["mlfs.trainers"] == "trainers"
 
 
+def test_every_package_directory_is_installed():
+    # an installed copy (the container images, a wheel) holds only the listed packages:
+    # a new package missing from the list imports in a checkout and fails installed
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    on_disk = set()
+    for prefix, folder in (("mlfs", "mlfs"), ("mlfs.backends", "backends"),
+                           ("mlfs.trainers", "trainers")):
+        for marker in (REPO / folder).rglob("__init__.py"):
+            parts = marker.parent.relative_to(REPO / folder).parts
+            on_disk.add(".".join((prefix, *parts)))
+    assert on_disk - set(config["packages"]) == set(), "add them to [tool.setuptools] packages"
+
+
 def test_a_checkout_imports_its_own_backends_and_trainers():
     done = subprocess.run(
         [sys.executable, "-c", "import mlfs.backends, mlfs.trainers.knob.learner as t; "

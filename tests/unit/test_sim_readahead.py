@@ -13,14 +13,13 @@ import re
 import numpy as np
 import pytest
 from mlfs.backends.sim_readahead import (
-    _ANCHORS,
     FEATURES,
     PHASES,
     RA_GRID,
     SimReadahead,
-    _pchip,
     throughput_curve,
 )
+from mlfs.backends.sim_readahead_phases import _ANCHORS, _pchip
 
 from mlfs.abi import Sample, Subsystem
 

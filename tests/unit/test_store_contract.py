@@ -9,7 +9,6 @@ started for the session.  A new store passes this suite, or it is not done.
 from __future__ import annotations
 
 import io
-import os
 import uuid
 
 import pyarrow as pa
@@ -28,25 +27,9 @@ from mlfs.fleet.store import (
     Unsupported,
     store_class,
 )
-from tests.moto_s3 import moto_server, new_bucket, s3_environment
+from tests.moto_s3 import new_bucket
 
 KINDS = ("directory", "memory", "fsspec", "s3")
-
-
-@pytest.fixture(scope="module")
-def s3_endpoint(tmp_path_factory) -> str:
-    log = tmp_path_factory.mktemp("moto") / "moto.log"
-    with moto_server(log) as endpoint:
-        saved = {k: os.environ.get(k) for k in s3_environment(endpoint)}
-        os.environ.update(s3_environment(endpoint))
-        try:
-            yield endpoint
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
 
 
 @pytest.fixture(params=KINDS)

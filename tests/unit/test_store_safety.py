@@ -19,9 +19,9 @@ import pytest
 
 from mlfs.base.durable import NotRegular, TooLarge, UnsafePath, read_bounded, write_durably
 from mlfs.base.statedir import read_word
+from mlfs.fleet.host import HostClash, claim
 from mlfs.fleet.layout import Source, info_path
 from mlfs.fleet.manifest import manifest_path, objects
-from mlfs.fleet.push import HostClash, claim
 from mlfs.fleet.store import FsspecStore, Store, StoreUnavailable
 from mlfs.fleet.train import load_infos
 from tests.harness import REPO, mlfs_command

@@ -94,6 +94,8 @@ class ModelProxy:
         self.errors_count = 0
         self.incumbent = None
         self._setup()
+        if self.incumbent is None:  # a kind's programming error, caught at its first mkdir
+            raise TypeError(f"kind {self.kind}: _setup() must set self.incumbent")
         self._load()
         if runtime.mount.emergency_pinned:  # created (or reloaded) under the pin
             self.modes.operator_pin(quietly=True)
@@ -102,9 +104,10 @@ class ModelProxy:
     def _setup(self) -> None:
         """The kind's own attributes, made before the saved state is read back.
 
-        A kind sets `self.incumbent` here when it has one (what recommendation must
-        beat besides the default: docs/ABI.md "The incumbent"); None means the default
-        alone judges promotion.
+        A kind sets `self.incumbent` here: what recommendation must beat besides the
+        default (docs/ABI.md "The incumbent"; `standing`, `versus`, `versus_text`,
+        `file_text`, `decide`, `ran`, `measured`).  Every kind has one: a model is judged
+        against the simplest thing that works, not only against the kernel's default.
         """
 
     @classmethod
@@ -398,4 +401,4 @@ class ModelProxy:
 
     def update_mode(self, critical: str | None) -> None:
         self.modes.update(critical, self.clock() - self.last_trainer_input, self.evidence,
-                          None if self.incumbent is None else self.incumbent.standing)
+                          self.incumbent.standing)

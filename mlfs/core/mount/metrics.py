@@ -309,16 +309,15 @@ def render(exchange: Exchange, loader: Loader | None = None,
                      "Default ticks counted against the ML ticks around them (carry-over "
                      "knobs: they balance a workload phase's own profile out, efficiency.py).",
                      stats.reverse_ticks, **labels)
-            if proxy.incumbent is not None:
-                standing = proxy.incumbent.standing()
-                w.metric("mlfs_model_incumbent_efficiency", "gauge",
-                         "The incumbent's efficiency at the current level: the best fixed setting "
-                         "measured there against the default (incumbent.py; 1 = the default).",
-                         standing.estimate, **labels)
-                w.metric("mlfs_model_efficiency_vs_incumbent", "gauge",
-                         "The policy's efficiency at the current level over the incumbent's "
-                         "(incumbent.py; NaN until the policy has enough episodes there).",
-                         standing.vs_incumbent, **labels)
+            standing = proxy.incumbent.standing()
+            w.metric("mlfs_model_incumbent_efficiency", "gauge",
+                     "The incumbent's efficiency at the current level: the best fixed setting "
+                     "measured there against the default (incumbent.py; 1 = the default).",
+                     standing.estimate, **labels)
+            w.metric("mlfs_model_efficiency_vs_incumbent", "gauge",
+                     "The policy's efficiency at the current level over the incumbent's "
+                     "(incumbent.py; NaN until the policy has enough episodes there).",
+                     standing.vs_incumbent, **labels)
             for mode in MODES:
                 w.metric("mlfs_model_mode", "gauge", "1 for the model's current mode.",
                          1 if proxy.mode == mode else 0, mode=mode, **labels)
