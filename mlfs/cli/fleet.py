@@ -18,6 +18,7 @@ EXAMPLES = """examples:
   mlfs fleet keygen /etc/mlfs/fleet.key   # fleet.key (secret) and fleet.key.pub
   mlfs fleet train --store /srv/fleet --subsystem linux.vm --key /etc/mlfs/fleet.key
   mlfs fleet train --store /srv/fleet --subsystem linux.vm --since 2026-11-01
+  mlfs fleet train --store /srv/fleet --subsystem sim.disks --kind anomaly
   mlfs fleet status --store /srv/fleet
   mlfs fleet report --store /srv/fleet      # per host: mode, efficiency, fleet policy
   mlfs fleet reports --store /srv/fleet     # kernel crash reports merged over hosts"""
@@ -64,7 +65,8 @@ def cmd_fleet_train(args: argparse.Namespace) -> int:
                      n_workers=args.workers, since=args.since, until=args.until,
                      fit_timeout=args.fit_timeout,
                      key=Path(args.key) if args.key else None,
-                     progress=None if args.quiet else _stage, dashboard=args.dashboard)
+                     progress=None if args.quiet else _stage, dashboard=args.dashboard,
+                     kind=args.kind)
     except TrainError as exc:
         print(f"mlfs fleet train: {exc}", file=sys.stderr)
         return 1
@@ -167,6 +169,9 @@ def add_parser(sub) -> None:
                    help="LocalCluster workers when no scheduler is given (default 2)")
     q.add_argument("--folds", type=int, default=5, metavar="N",
                    help="hosts held out one at a time for validation (default 5)")
+    q.add_argument("--kind", metavar="KIND",
+                   help="the kind of model to train (knob, predictor, anomaly, ...; default: "
+                   "the first kind the subsystem's info lists)")
     q.add_argument("--since", metavar="TIME", help="only rows at or after TIME (ISO 8601, UTC)")
     q.add_argument("--until", metavar="TIME", help="only rows before TIME (ISO 8601, UTC)")
     q.add_argument("--fit-timeout", type=float, default=3600.0, metavar="SECONDS",

@@ -244,9 +244,13 @@ def train(url: str, subsystem: str, scheduler: str | None = None, *, folds: int 
     say = Progress(progress, started) if progress else _quiet
     store = Store(url)
     info, pairs = load_infos(store, subsystem)
-    chosen = FLEET_KINDS.get(kind_of(info, kind))
+    try:
+        name = kind_of(info, kind)
+    except ValueError as exc:  # a kind the subsystem's hosts do not serve
+        raise TrainError(f"{subsystem}: {exc}") from None
+    chosen = FLEET_KINDS.get(name)
     if chosen is None:
-        raise TrainError(f"{subsystem}: no fleet training for kind {kind_of(info, kind)!r}")
+        raise TrainError(f"{subsystem}: no fleet training for kind {name!r}")
     return chosen.load()(store, subsystem, info, pairs, scheduler, folds=folds,
                          n_workers=n_workers, num_boost_round=num_boost_round, since=since,
                          until=until, fit_timeout=fit_timeout, key=key, say=say,

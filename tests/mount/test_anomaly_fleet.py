@@ -23,15 +23,26 @@ def test_a_fleet_forest_is_trained_on_workers_and_a_new_host_starts_from_it(
         disks_store, tmp_path):  # noqa: F811
     from mlfs.client import end_process
     from mlfs.fleet.signing import keygen
-    from mlfs.fleet.train import train
 
     store, info = disks_store
     assert "anomaly" in info["kinds"]
     key = tmp_path / "fleet.key"
     keygen(key)
-    with dask_cluster(tmp_path) as address:
-        card = train(str(store), "sim.disks", scheduler=address, folds=1, key=key,
-                     kind="anomaly")
+    with dask_cluster(tmp_path) as address:  # the operator's command line, --kind anomaly
+        done = subprocess.run(
+            mlfs_command("fleet", "train", "--store", str(store), "--subsystem", "sim.disks",
+                         "--kind", "anomaly", "--scheduler", address, "--folds", "1",
+                         "--key", str(key), "--json", "--quiet"),
+            capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    card = json.loads(done.stdout)
+    refused = subprocess.run(  # a kind the hosts do not serve: one line, nothing published
+        mlfs_command("fleet", "train", "--store", str(store), "--subsystem", "sim.disks",
+                     "--kind", "knob", "--quiet"),
+        capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert refused.returncode == 1
+    assert refused.stderr.strip().splitlines() == [
+        "mlfs fleet train: sim.disks: the subsystem serves predictor, anomaly, not knob"]
     assert card["kind"] == "anomaly" and card["target"] == "failure"
     assert len(card["hosts"]) == 2 and card["judged"]["events"] >= 3
     assert list(card["validation"]["per_host"]) == sorted(card["hosts"])[:1]
