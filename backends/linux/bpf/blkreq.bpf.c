@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0
-// Per-request block I/O for mlfs (backends/linux_bio.py): one fixed-size record per
+// Per-request block I/O for mlfs (backends/linux/bio.py): one fixed-size record per
 // request into a ring buffer, written when the request completes.  CO-RE (BTF-typed
 // tracepoints, no tracefs and no kernel headers needed): block_rq_insert and
 // block_bio_queue note who submitted the request (at issue it is often a kworker),
