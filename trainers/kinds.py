@@ -9,7 +9,6 @@ is not the subsystem's first, and runs that kind's worker.  A kind's trainer is 
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import threading
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from mlfs import client
+from mlfs.base.tables import add_entry, load_target
 
 #: the kind of a subsystem whose `info` cannot be read yet (its worker waits for it)
 FALLBACK_KIND = "knob"
@@ -39,8 +39,7 @@ class TrainerKind:
     options: frozenset[str] = frozenset()
 
     def load(self) -> Callable[..., dict[str, Any]]:
-        module, _, function = self.worker.partition(":")
-        return getattr(importlib.import_module(module), function)
+        return load_target(self.worker)
 
 
 #: every kind's trainer (a kind with none here cannot be trained by `mlfs train`)
@@ -48,10 +47,7 @@ TRAINERS: dict[str, TrainerKind] = {}
 
 
 def register(trainer: TrainerKind) -> TrainerKind:
-    if trainer.name in TRAINERS:
-        raise ValueError(f"trainer kind {trainer.name!r} is registered already")
-    TRAINERS[trainer.name] = trainer
-    return trainer
+    return add_entry(TRAINERS, trainer, "trainer kind")
 
 
 register(TrainerKind("knob", "mlfs.trainers.knob.worker:run_worker",

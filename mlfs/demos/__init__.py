@@ -6,9 +6,10 @@ and returns the command's exit status."""
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from mlfs.base.tables import add_entry, load_target
 
 
 @dataclass(frozen=True)
@@ -20,18 +21,14 @@ class Demo:
     help: str
 
     def load(self) -> Callable[..., int]:
-        module, _, function = self.runner.partition(":")
-        return getattr(importlib.import_module(module), function)
+        return load_target(self.runner)
 
 
 DEMOS: dict[str, Demo] = {}
 
 
 def register(demo: Demo) -> Demo:
-    if demo.name in DEMOS:
-        raise ValueError(f"demo {demo.name!r} is registered already")
-    DEMOS[demo.name] = demo
-    return demo
+    return add_entry(DEMOS, demo, "demo")
 
 
 register(Demo("knob", "mlfs.demos.knob:run_demo",

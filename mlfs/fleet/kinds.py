@@ -8,10 +8,11 @@ its card).  A kind's fleet training is one `FleetKind` entry here.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from mlfs.base.tables import add_entry, load_target
 
 
 @dataclass(frozen=True)
@@ -32,18 +33,14 @@ class FleetKind:
     verifier: str = "mlfs.base.verifier:verify"
 
     def load(self) -> Callable[..., dict[str, Any]]:
-        module, _, function = self.trainer.partition(":")
-        return getattr(importlib.import_module(module), function)
+        return load_target(self.trainer)
 
 
 FLEET_KINDS: dict[str, FleetKind] = {}
 
 
 def register(kind: FleetKind) -> FleetKind:
-    if kind.name in FLEET_KINDS:
-        raise ValueError(f"fleet kind {kind.name!r} is registered already")
-    FLEET_KINDS[kind.name] = kind
-    return kind
+    return add_entry(FLEET_KINDS, kind, "fleet kind")
 
 
 register(FleetKind("knob", "mlfs.fleet.knob_train:train_knob_policy", "dataset"))
@@ -56,9 +53,7 @@ def verify_policy(kind: str | None, data: bytes | str) -> None:
     """Refuse (Refused) a policy text its card's `kind` would not run (a card without
     one is a LightGBM policy's)."""
     entry = FLEET_KINDS.get(kind or "knob", FLEET_KINDS["knob"])
-    module, _, function = entry.verifier.partition(":")
-    getattr(importlib.import_module(module), function)(
-        data.encode() if isinstance(data, str) else data)
+    load_target(entry.verifier)(data.encode() if isinstance(data, str) else data)
 
 
 def kind_of(info: dict, wanted: str | None = None) -> str:

@@ -34,6 +34,7 @@ from typing import Any
 import pyarrow as pa
 
 from mlfs.abi import Subsystem
+from mlfs.base.tables import add_entry
 
 from ..proxy import ModelProxy
 from .anomaly.proxy import AnomalyProxy, anomaly_metrics
@@ -138,10 +139,7 @@ KINDS: dict[str, ModelKind] = {}
 
 def register(kind: ModelKind) -> ModelKind:
     """Add a kind (its name must be new); returns it."""
-    if kind.name in KINDS:
-        raise ValueError(f"kind {kind.name!r} is registered already")
-    KINDS[kind.name] = kind
-    return kind
+    return add_entry(KINDS, kind, "kind")
 
 
 register(ModelKind(
