@@ -114,7 +114,7 @@ def cmd_fleet_report(args: argparse.Namespace) -> int:
 
 
 def cmd_fleet_reports(args: argparse.Namespace) -> int:
-    from mlfs.kmsg.reports import fleet_reports, main
+    from mlfs.cli.kernel_reports import fleet_reports, main
 
     return main(fleet_reports(args.store, args.subsystem), args.format,
                 f"kernel reports of {args.store}")

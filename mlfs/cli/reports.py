@@ -16,7 +16,7 @@ EXAMPLES = """examples:
 
 
 def cmd_reports(args: argparse.Namespace) -> int:
-    from mlfs.kmsg.reports import local_reports, main
+    from mlfs.cli.kernel_reports import local_reports, main
 
     try:
         reports = local_reports(Path(args.mountpoint), args.subsystem)

@@ -173,7 +173,7 @@ def test_what_ships_beyond_the_host_masks_users():
 
 def test_mlfs_reports_prints_no_terminal_control_sequence():
     """`mlfs reports` prints titles and examples (red team K2): escaped, as dmesg does."""
-    from mlfs.kmsg.reports import render_html, render_text
+    from mlfs.cli.kernel_reports import render_html, render_text
 
     title = "segfault in \x1b]0;PWNED-TITLE\x07\x1b[2J\x1b[31mred"
     item = {"hosts": 1, "count": 2, "kind": "segfault", "title": title,
