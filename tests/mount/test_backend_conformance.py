@@ -285,7 +285,11 @@ def test_a_sigkilled_daemons_knobs_are_put_back_by_the_next_mount(name, env, mou
                   f"echo recommendation > {model}/mode && "
                   f"echo {knob_name}={value} > {model}/recommend")
         assert done.returncode == 0, done.stderr
-        wait_for(lambda: ledger(m.state_dir), what=f"{knob_name}={value} written")
+        def changed() -> bool:  # the ledger records the original before the write: wait
+            return any(read_value(e["path"], e.get("format", "plain")) != e["original"]
+                       for e in ledger(m.state_dir))  # for the write itself
+
+        wait_for(changed, what=f"{knob_name}={value} written past its ledger entry")
         m.kill()  # SIGKILL: close never runs
         crashed = ledger(m.state_dir)
         assert crashed
