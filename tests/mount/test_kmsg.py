@@ -248,6 +248,15 @@ def test_a_kernel_log_that_cannot_be_read_is_one_line_and_exit_2(mount_root):
     assert not os.path.ismount(mount_root / "mnt")
 
 
+def ticks(mount: Mount) -> int:
+    """The kernel-log subsystem's ticks so far (mlfs_ticks_total{subsystem="linux.kmsg"})."""
+    prefix = 'mlfs_ticks_total{subsystem="linux.kmsg"} '
+    for line in (mount.mountpoint / "metrics").read_text().splitlines():
+        if line.startswith(prefix):
+            return int(float(line[len(prefix):]))
+    raise AssertionError("no mlfs_ticks_total for linux.kmsg")
+
+
 def letters_token() -> str:
     """A unique token of letters past f: titles mask what looks like an address or a
     number, as syzbot's do, so a function named with hex digits would read ADDR."""
@@ -271,7 +280,8 @@ def test_a_report_whose_lines_span_ticks_is_made_and_no_record_is_dropped(kmsg_m
         return bool(before) and any(r["message"] == lines[0] and r["seq"] > before[0]
                                     for r in got)
     wait_for(header_is_a_row, what="the header as a row")
-    time.sleep(0.5)
+    ticked = ticks(kmsg_mount)  # then five idle ticks pass before the rest is written
+    wait_for(lambda: ticks(kmsg_mount) >= ticked + 5, what="five ticks after the header")
     for line in lines[1:]:
         inject(line)
     inject(f"random: after the split report {token}")
