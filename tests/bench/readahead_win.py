@@ -108,6 +108,7 @@ from tests.bench.readahead_experiment import MIB, drop_cache, make_file, scratch
 from tests.bench.win_harness import (
     CONDITIONS,
     ModelSwitch,
+    efficiency_by_source,
     fmt,
     held_out,
     held_out_text,
@@ -413,7 +414,8 @@ def run_mlfs(args: argparse.Namespace, work: WorkloadProcess, device: str, root:
         info = train_online(mount.mountpoint, sub_name, MODEL,
                             lambda: run_cycles(work, 1, args.train_phase, None, "train"),
                             args.train_seconds, explore_ticks=args.explore_ticks,
-                            seed=args.seed, log=log)
+                            seed=args.seed, log=log, switching=args.train_switching)
+        info["by_source"] = efficiency_by_source(mdir)
         policy = (mdir / "policy").read_text()
         trained_efficiency = (mdir / "efficiency").read_text().strip()  # the proxy's estimate
         write_attr(mdir / "mode", "recommendation\n")
@@ -586,6 +588,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--train-seconds", type=float, default=600.0)
     parser.add_argument("--train-phase", type=float, default=4.0,
                         help="phase length while training")
+    parser.add_argument("--train-switching", choices=("pinned", "auto"), default="pinned",
+                        help="pinned: the model stays in learning while it trains; auto: "
+                        "the mode machine switches it (the timeline is reported)")
     parser.add_argument("--explore-ticks", type=int, default=2,
                         help="ticks each exploration lasts")
     parser.add_argument("--learning-share", type=float, default=0.8)

@@ -122,22 +122,46 @@ def wait_for(check: Callable[[], bool], timeout: float = 3.0) -> bool:
 
 
 # ---- training ----------------------------------------------------------------------------
+def model_gauges(mdir: Path) -> dict[str, float | str]:
+    """The model's mode and efficiency gauges, read from the mount's `metrics` file."""
+    labels = f'subsystem="{mdir.parents[1].name}",model="{mdir.name}"'
+    out: dict[str, float | str] = {}
+    for line in (mdir.parents[2] / "metrics").read_text().splitlines():
+        if labels not in line or line.startswith("#"):
+            continue
+        name, _, value = line.rpartition(" ")
+        metric = name.split("{", 1)[0]
+        if metric == "mlfs_model_mode":
+            if float(value) == 1.0:
+                out["mode"] = name.split('mode="', 1)[1].split('"', 1)[0]
+        elif metric.startswith("mlfs_model_efficiency") or metric == \
+                "mlfs_model_incumbent_efficiency":
+            out[metric.removeprefix("mlfs_model_")] = float(value)
+    return out
+
+
 def train_online(mountpoint: Path, subsystem: str, model: str, run_cycle: Callable[[], None],
                  seconds: float, *, explore_ticks: int, seed: int,
-                 log: logging.Logger, features: list[str] | None = None) -> dict:
-    """Pin `model` in learning mode and train it while `run_cycle()` repeats for `seconds`.
+                 log: logging.Logger, features: list[str] | None = None,
+                 switching: str = "pinned") -> dict:
+    """Train `model` while `run_cycle()` repeats for `seconds`.
 
     The trainer (`run_worker`, relative error: the phases' objectives differ
     by orders of magnitude) runs in a thread; its statistics are returned
-    with the wall time and the policy's size.  The model stays in learning
-    mode: the caller pins the next mode.  `features`: as `mlfs train
-    --features` (default all).
+    with the wall time and the policy's size.  `switching` ``pinned``: the
+    model is pinned in learning (it keeps exploring; the caller pins the
+    next mode); ``auto``: the mode machine switches it as in real use, and
+    the result's ``modes`` is the timeline (seconds, mode, efficiency and its
+    interval, read from `metrics` after every cycle) and ``left_learning``
+    the seconds until it first left learning (None: it never did).
+    `features`: as `mlfs train --features` (default all).
     """
     from mlfs.trainers.knob.worker import run_worker
 
     mdir = mountpoint / subsystem / "models" / model
     os.mkdir(mdir)
-    write_attr(mdir / "mode", "learning\n")  # pinned: keep exploring while training
+    # pinned: keep exploring while training; auto: the mode machine decides, from learning
+    write_attr(mdir / "mode", "learning\n" if switching == "pinned" else "auto\n")
     stop = threading.Event()
     stats: dict = {}
 
@@ -150,18 +174,48 @@ def train_online(mountpoint: Path, subsystem: str, model: str, run_cycle: Callab
     trainer = threading.Thread(target=train, name="trainer", daemon=True)
     trainer.start()
     started = time.monotonic()
+    timeline: list[dict] = []
     while time.monotonic() - started < seconds:
         run_cycle()
+        if switching != "pinned":
+            timeline.append({"t": round(time.monotonic() - started, 1), **model_gauges(mdir)})
     stop.set()
     trainer.join(timeout=60)
     policy = (mdir / "policy").read_text()
+    extra: dict = {}
+    if switching != "pinned":
+        left = next((g["t"] for g in timeline if g.get("mode") != "learning"), None)
+        extra = {"modes": timeline, "left_learning": left}
     return {
+        **extra,
         "train_seconds": round(time.monotonic() - started, 1),
         "trainer": {k: stats.get(k) for k in ("fits", "corrections", "policies",
                                                "recommendations", "explorations",
                                                "rows", "val_mae", "val_mae_naive")},
         "policy_bytes": len(policy),
     }
+
+
+def efficiency_by_source(mdir: Path, since_tick: int = 0) -> dict[str, dict]:
+    """Per feedback `source` (policy, recommendation, incumbent): the ML ticks with a
+    resolved pair since `since_tick` and their efficiency, sum(observed) /
+    sum(baseline).  Tells what the learning window averaged: the policy's own ticks
+    or the trainer's explorations (recommendations in learning)."""
+    import pyarrow.dataset as ds
+
+    time.sleep(2.5)  # the last rows sealed (feedback_seal_seconds 1 s)
+    rows = ds.dataset(str(mdir / "feedback"), format="parquet").to_table(
+        columns=["tick", "source", "observed", "baseline"]).to_pylist()
+    sums: dict[str, list[float]] = {}
+    for row in rows:
+        if row["tick"] < since_tick or row["baseline"] is None or row["observed"] is None:
+            continue
+        acc = sums.setdefault(row["source"], [0, 0.0, 0.0])
+        acc[0] += 1
+        acc[1] += row["observed"]
+        acc[2] += row["baseline"]
+    return {source: {"ticks": n, "efficiency": round(obs / base, 3) if base else None}
+            for source, (n, obs, base) in sorted(sums.items())}
 
 
 # ---- the conditions -----------------------------------------------------------------------
