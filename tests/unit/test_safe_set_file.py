@@ -15,6 +15,7 @@ from mlfs.core.models.safe_set import SafeSet
 from mlfs.core.models.safe_set_file import (
     MAX_BYTES,
     SAFE_SET_FILE,
+    SAVE_EVERY_PAIRS,
     SafeSetFile,
     decode,
     encode,
@@ -120,3 +121,16 @@ def test_a_damaged_or_oversized_file_says_why_and_gives_no_pairs(tmp_path):
     back, why = SafeSetFile(tmp_path, COLUMNS, "sim/m").load()
     assert back is None and why.startswith("unreadable")
     assert SafeSetFile(tmp_path / "none", COLUMNS, "sim/m").load() == (None, None)
+
+
+def test_a_running_model_writes_every_save_every_pairs(tmp_path):
+    keeper = SafeSetFile(tmp_path, COLUMNS, "sim/m")
+    safe = SafeSet()
+    for tick in range(SAVE_EVERY_PAIRS - 1):
+        safe.measured({"knob_x": 1}, LEVEL, 1.1, tick)
+        keeper.save_now_and_then(safe)
+    assert not (tmp_path / SAFE_SET_FILE).exists()
+    safe.measured({"knob_x": 1}, LEVEL, 1.1, SAVE_EVERY_PAIRS)
+    keeper.save_now_and_then(safe)
+    back, _ = SafeSetFile(tmp_path, COLUMNS, "sim/m").load()
+    assert back.pairs_seen == SAVE_EVERY_PAIRS
