@@ -33,8 +33,9 @@ from mlfs.abi import Target, WindowState
 from mlfs.base.clock import rfc3339
 
 from ...efficiency import EfficiencyStats
-from ...predictor import Judged, PredictorEfficiency, RuleIncumbent, ShadowBook
+from ...predictor import Judged, PredictorEfficiency, ShadowBook
 from ...proxy import ModelProxy
+from ...rule_incumbent import RuleIncumbent, RuleSweep, sweep_columns
 from .inputs import Prediction, PredictionPolicy, parse_predictions
 
 #: predictions written into `recommend` kept per target (an entity's newest wins)
@@ -50,9 +51,14 @@ MAX_FEEDBACK_ROWS_PER_TICK = 5000
 class PredictorWindow:
     """Every target's shadow book and the model's efficiency over all of them."""
 
-    def __init__(self, targets: dict[str, Target], min_events: int = 3) -> None:
+    def __init__(self, targets: dict[str, Target], min_events: int = 3,
+                 records: dict[str, str] | None = None) -> None:
         self.targets = targets
         self.books = {name: ShadowBook(t.horizon_ticks) for name, t in targets.items()}
+        #: per target, the threshold rules swept over its labelled rows and the incumbent
+        self.sweeps = {name: RuleSweep(t, sweep_columns(records or {}, t))
+                       for name, t in targets.items()}
+        self.restarts = 0  # mode switches: the incumbent's standing counts from the last
         first = next(iter(targets.values()))
         self.efficiency = PredictorEfficiency(first.miss_cost, first.false_alarm_cost,
                                               min_events)
@@ -74,6 +80,7 @@ class PredictorWindow:
         first = next(iter(self.targets.values()))
         self.efficiency = PredictorEfficiency(first.miss_cost, first.false_alarm_cost,
                                               self.efficiency.min_events)
+        self.restarts += 1
 
     def flush(self) -> list:
         return []  # outcomes are judged when their horizon passes, never guessed at stop
@@ -87,11 +94,13 @@ class PredictorProxy(ModelProxy):
     event = "alert"
 
     def _new_window(self) -> PredictorWindow:
-        return PredictorWindow(dict(self.runtime.subsystem.targets))
+        return PredictorWindow(dict(self.runtime.subsystem.targets),
+                               records=dict(self.runtime.subsystem.records))
 
     def _setup(self) -> None:
         self.targets: dict[str, Target] = dict(self.runtime.subsystem.targets)
-        self.incumbent = RuleIncumbent(self.window)  # the rule: recommendation must beat it
+        # the best threshold rule: recommendation must beat it (rule_incumbent.py)
+        self.incumbent = RuleIncumbent(self.window, self.window.sweeps)
         self.predictions: dict[str, dict[object, tuple[float, int | None]]] = {
             t: {} for t in self.targets}
         self.raised: dict[tuple[str, object], int] = {}
@@ -141,11 +150,16 @@ class PredictorProxy(ModelProxy):
             rule = table.column(target.rule).to_numpy(zero_copy_only=False).astype(bool)
             p = self._probabilities(name, tick, keys, table)
             model = self._alerting(p)
+            sweep = self.window.sweeps[name]
             judged = self.window.books[name].add(tick, keys, events, np.nan_to_num(p),
-                                                 model, rule)
-            self.window.efficiency.update(judged)
+                                                 model, rule, sweep.features(table))
+            self.window.efficiency.update(judged)  # against the declared rule (the default)
+            self.incumbent.update(name, judged)  # the rule sweep; the standing against it
             feedback += self._feedback_rows(name, judged)
-            self._raise(name, target, tick, keys, p, model, rule, table)
+            # the rule's alerts that stand are the incumbent's: the declared rule's until
+            # a swept rule is proven clearly better on outcomes
+            self._raise(name, target, tick, keys, p, model,
+                        sweep.incumbent_alerts(table, rule), table)
         ts = int(time.time() * 1_000_000)
         for row in feedback[:MAX_FEEDBACK_ROWS_PER_TICK]:
             row["ts"] = ts
