@@ -13,8 +13,8 @@ comparison `RuleStanding.policy_proven` makes between the model and the rule).
   labelled positive rows (the values a rule must reach to catch an event).
 - Memory: a ring of the newest labelled rows, `MAX_POSITIVE_ROWS` positives and
   `MAX_NEGATIVE_ROWS` negatives (the negatives are cut first: there are hundreds per
-  positive).  Candidates are scored over the ring again only on a tick that judged an
-  event, at most once per `RESCORE_TICKS` ticks otherwise.
+  positive).  Candidates are scored over the ring again every `RESCORE_TICKS` ticks
+  when an event was judged since, every ten times as many otherwise.
 - The declared rule stays the incumbent and wins ties.  A challenger replaces it only
   when `clearly_better`: over at least `MIN_EVENTS` events, no more false alarms and
   `MARGIN_CATCHES` more events caught, or as many with a median lead `LEAD_MARGIN`
@@ -49,7 +49,8 @@ MAX_POSITIVE_ROWS = 20_000
 MAX_NEGATIVE_ROWS = 200_000
 #: rows of one tick the sweep reads (beyond them a tick's rows are left out of the ring)
 MAX_SWEEP_ROWS_PER_TICK = 20_000
-#: ticks between rescoring when no event was judged (new negatives only add false alarms)
+#: ticks between rescorings (one costs about 0.2 s with the ring full and 13 columns);
+#: without an event judged since, ten times as many (new negatives only add false alarms)
 RESCORE_TICKS = 20
 #: a challenger replaces the incumbent only over this many events, and by this margin
 MIN_EVENTS = 5
@@ -200,6 +201,7 @@ class RuleSweep:
         self.positives = _Ring(max_positive_rows)
         self.negatives = _Ring(max_negative_rows)
         self.since_sweep = 0
+        self.events_since_sweep = 0
         self.changes = 0  # how often the incumbent changed (the standing restarts then)
 
     def features(self, table: pa.Table) -> np.ndarray | None:
@@ -243,13 +245,15 @@ class RuleSweep:
                                (self.negatives, keep & (outcome == 0))):
                 if rows.any():
                     ring.add({k: v[rows] for k, v in chunk.items()})
-        if judged.events or self.since_sweep >= RESCORE_TICKS:
+        self.events_since_sweep += judged.events
+        if self.since_sweep >= (RESCORE_TICKS if self.events_since_sweep
+                                else 10 * RESCORE_TICKS):
             return self.sweep()
         return False
 
     def sweep(self) -> bool:
         """Score every candidate on the ring; True when the incumbent changed."""
-        self.since_sweep = 0
+        self.since_sweep = self.events_since_sweep = 0
         if not self.positives.rows:
             return False
         pos, neg = self.positives, self.negatives

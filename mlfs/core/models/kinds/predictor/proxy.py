@@ -13,8 +13,11 @@ The proxy's promise is the knob proxy's: check, act on a share set by the mode, 
 against the human-made algorithm, feed the error back.  Modes gate actions, not
 measurement: every mode scores both sides, and what is *raised* (an `alert` event, the
 metric, a line in the model's `alerts` file) is
-- emergency: the rule's alerts alone; learning: the rule's (the model is shadowed);
-- collaboration: both; recommendation: the model's, replacing the rule's.
+- emergency: the declared rule's alerts alone; learning: the incumbent rule's (the
+  model is shadowed); collaboration: the model's and the incumbent rule's;
+  recommendation: the model's, replacing the rule's.
+The incumbent rule is the declared one until a single-column threshold rule swept over
+the labelled outcomes is proven clearly better (`mlfs.core.models.rule_incumbent`).
 An entity's alert is raised once per horizon (the same drive is not re-announced every
 tick).  The efficiency (the rule's cost over the model's, docs/ABI.md "Predictors")
 drives the same mode machine as a knob model's.
@@ -156,10 +159,12 @@ class PredictorProxy(ModelProxy):
             self.window.efficiency.update(judged)  # against the declared rule (the default)
             self.incumbent.update(name, judged)  # the rule sweep; the standing against it
             feedback += self._feedback_rows(name, judged)
-            # the rule's alerts that stand are the incumbent's: the declared rule's until
-            # a swept rule is proven clearly better on outcomes
-            self._raise(name, target, tick, keys, p, model,
-                        sweep.incumbent_alerts(table, rule), table)
+            # the rule's alerts that stand are the incumbent's (the declared rule's until a
+            # swept rule is proven clearly better on outcomes); emergency, which runs the
+            # default algorithm everywhere, raises the declared rule's
+            standing = rule if self.mode == "emergency" else sweep.incumbent_alerts(table,
+                                                                                   rule)
+            self._raise(name, target, tick, keys, p, model, standing, table)
         ts = int(time.time() * 1_000_000)
         for row in feedback[:MAX_FEEDBACK_ROWS_PER_TICK]:
             row["ts"] = ts
