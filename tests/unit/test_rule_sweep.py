@@ -121,3 +121,17 @@ def test_the_standing_rule_raises_alerts_and_the_model_is_judged_against_it():
     table = pa.table({"wear": [0.5, 12.0]})
     assert sweep.incumbent_alerts(table, np.array([True, False])).tolist() == [False, True]
     assert incumbent.file_text().splitlines()[-1] == "model_beats_rule no"
+
+
+def test_rows_past_a_ticks_sweep_rows_are_left_out_of_the_ring():
+    book = ShadowBook(2)
+    sweep = RuleSweep(TARGET, ["wear"])
+    table = pa.table({"wear": np.arange(5, dtype=np.float64)})
+    held = sweep.features(table)[:3]  # as if the tick had more rows than the sweep reads
+    ids = np.arange(5)
+    book.add(0, ids, np.zeros(5, bool), np.zeros(5), np.zeros(5, bool), np.zeros(5, bool),
+             held)
+    judged = book.flush()
+    assert np.isnan(judged.column("features")[3:]).all()
+    sweep.update(judged)
+    assert sweep.negatives.rows == 3

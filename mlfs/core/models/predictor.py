@@ -45,8 +45,12 @@ class Judged:
                      "event_tick": np.full(len(rows), event_tick, dtype=np.int64),
                      "model_alert": old.model_alert[rows],
                      "rule_alert": old.rule_alert[rows]}
-            if old.features is not None:
-                chunk["features"] = old.features[rows]
+            if old.features is not None:  # rows past the matrix's (a cut tick's) are NaN
+                held = old.features
+                values = np.full((len(rows), held.shape[1]), np.nan, dtype=held.dtype)
+                inside = rows < len(held)
+                values[inside] = held[rows[inside]]
+                chunk["features"] = values
             self.chunks.append(chunk)
 
     def column(self, name: str) -> np.ndarray:
@@ -70,7 +74,8 @@ class _Tick:
     model_alert: np.ndarray
     rule_alert: np.ndarray
     judged: np.ndarray  # True once a row was judged positive (or is an event's own row)
-    features: np.ndarray | None = None  # (rows, columns) float32: for the rule sweep
+    #: (rows, columns) float32 for the rule sweep; may hold fewer rows than `keys`
+    features: np.ndarray | None = None
 
 
 class ShadowBook:

@@ -205,14 +205,16 @@ class RuleSweep:
         self.changes = 0  # how often the incumbent changed (the standing restarts then)
 
     def features(self, table: pa.Table) -> np.ndarray | None:
-        """The tick's rows' values of the sweep's columns, for the shadow book."""
+        """The tick's rows' values of the sweep's columns, for the shadow book: the first
+        `MAX_SWEEP_ROWS_PER_TICK` rows (memory: rows x columns x 4 bytes per tick held,
+        for `horizon_ticks` ticks); the rest are left out of the sweep."""
         if not self.columns:
             return None
         rows = min(table.num_rows, MAX_SWEEP_ROWS_PER_TICK)
-        out = np.full((table.num_rows, len(self.columns)), np.nan, dtype=np.float32)
+        out = np.empty((rows, len(self.columns)), dtype=np.float32)
         for j, name in enumerate(self.columns):
             column = table.column(name).slice(0, rows)
-            out[:rows, j] = column.to_numpy(zero_copy_only=False).astype(np.float32)
+            out[:, j] = column.to_numpy(zero_copy_only=False).astype(np.float32)
         return out
 
     def incumbent_alerts(self, table: pa.Table, declared: np.ndarray) -> np.ndarray:
