@@ -36,14 +36,28 @@ class Judged:
     lead_rule: list[int] = field(default_factory=list)
     events: int = 0
 
-    def add(self, old: _Tick, rows: np.ndarray, outcome: int) -> None:
+    def add(self, old: _Tick, rows: np.ndarray, outcome: int, event_tick: int = -1) -> None:
+        """`event_tick`: the tick of the event a positive row warned of (-1: a negative),
+        so a rule judged later on these rows groups them by event as the book did."""
         if len(rows):
-            self.chunks.append({"key": old.keys[rows], "tick": np.full(len(rows), old.tick),
-                                "p": old.p[rows], "outcome": np.full(len(rows), outcome),
-                                "model_alert": old.model_alert[rows],
-                                "rule_alert": old.rule_alert[rows]})
+            chunk = {"key": old.keys[rows], "tick": np.full(len(rows), old.tick),
+                     "p": old.p[rows], "outcome": np.full(len(rows), outcome),
+                     "event_tick": np.full(len(rows), event_tick, dtype=np.int64),
+                     "model_alert": old.model_alert[rows],
+                     "rule_alert": old.rule_alert[rows]}
+            if old.features is not None:  # rows past the matrix's (a cut tick's) are NaN
+                held = old.features
+                values = np.full((len(rows), held.shape[1]), np.nan, dtype=held.dtype)
+                inside = rows < len(held)
+                values[inside] = held[rows[inside]]
+                chunk["features"] = values
+            self.chunks.append(chunk)
 
     def column(self, name: str) -> np.ndarray:
+        """One column of the judged rows; "features" is the rows' feature matrix (the
+        columns the book was given, `ShadowBook.add`), absent when none were."""
+        if name == "features" and any("features" not in c for c in self.chunks):
+            return np.zeros((0, 0), dtype=np.float32)
         if not self.chunks:
             return np.zeros(0, dtype=bool if name.endswith("alert") else np.float64)
         return np.concatenate([c[name] for c in self.chunks])
@@ -60,6 +74,8 @@ class _Tick:
     model_alert: np.ndarray
     rule_alert: np.ndarray
     judged: np.ndarray  # True once a row was judged positive (or is an event's own row)
+    #: (rows, columns) float32 for the rule sweep; may hold fewer rows than `keys`
+    features: np.ndarray | None = None
 
 
 class ShadowBook:
@@ -74,8 +90,13 @@ class ShadowBook:
         self.rows_dropped = 0
 
     def add(self, tick: int, keys: np.ndarray, events: np.ndarray, p: np.ndarray,
-            model_alert: np.ndarray, rule_alert: np.ndarray) -> Judged:
-        """Record one tick's rows and judge everything whose outcome is now known."""
+            model_alert: np.ndarray, rule_alert: np.ndarray,
+            features: np.ndarray | None = None) -> Judged:
+        """Record one tick's rows and judge everything whose outcome is now known.
+
+        `features`: the rows' values of the columns candidate rules read (a float32
+        matrix, one row per key), carried to the judged rows for the rule sweep
+        (`mlfs.core.models.rule_incumbent`)."""
         keys = np.asarray(keys)
         n = len(keys)
         if n > self.max_rows:
@@ -90,7 +111,8 @@ class ShadowBook:
         own[events] = True  # an event's own row warns nobody: judged neither way
         self._ticks.append(_Tick(tick, keys, np.asarray(p, dtype=np.float64)[:n],
                                  np.asarray(model_alert, dtype=bool)[:n],
-                                 np.asarray(rule_alert, dtype=bool)[:n], own))
+                                 np.asarray(rule_alert, dtype=bool)[:n], own,
+                                 None if features is None else features[:n]))
         while self._ticks and self._ticks[0].tick < tick - self.horizon + 1:
             self._expire(self._ticks.popleft(), judged)
         return judged
@@ -105,7 +127,7 @@ class ShadowBook:
             if not len(rows):
                 continue
             old.judged[rows] = True
-            judged.add(old, rows, 1)
+            judged.add(old, rows, 1, tick)
             if first_model is None and old.model_alert[rows].any():
                 first_model = old.tick
             if first_rule is None and old.rule_alert[rows].any():
@@ -189,31 +211,44 @@ class PredictorEfficiency:
         return ratio, (math.log(ratio) / sd if sd > 0 else math.nan)
 
 
-def _median_lead(side: Tally) -> float:
+def median_lead(side: Tally) -> float:
     return float(np.median(side.leads)) if side.leads else 0.0
+
+
+def beats(one: Tally, other: Tally) -> bool:
+    """The book's measure of one set of alerts against another on the same outcomes:
+    no more false alarms, and more events caught or as many with a longer median lead
+    (the model against its incumbent rule, a candidate rule against another)."""
+    if one.events == 0 or one.false_alarms > other.false_alarms:
+        return False
+    return one.caught > other.caught or (
+        one.caught == other.caught and median_lead(one) > median_lead(other))
 
 
 @dataclass(frozen=True)
 class RuleStanding:
     """A predictor's standing against its incumbent, the rule it is shadowed against
-    (the `incumbent.Standing` the mode machine reads): the model beats it on outcomes
+    (the `incumbent.Standing` the mode machine reads): the model `beats` it on outcomes
     when it raises no more false alarms and catches more events, or as many with a
     longer median lead.  The cost ratio (`efficiency`) can favour a model that buys one
     more catch with several false alarms; an operator keeps the rule then (issue 53's
     failing disk: the model caught 4/4 with two false alarms, "alert after the first
     error" 4/4 with none), so recommendation, where the model's alerts replace the
-    rule's, waits for this; collaboration raises both."""
+    rule's, waits for this; collaboration raises both.  `rule` is the standing rule's
+    tally on the rows the model's was counted on (`rule_incumbent.RuleIncumbent`), and
+    `rule_name` names it (the declared rule, or the swept "COLUMN >= t")."""
 
     model: Tally
     rule: Tally
     efficiency: float
+    rule_name: str = "rule"
 
     #: the rule is the incumbent and the default at once: its estimate is 1
     estimate = 1.0
 
     @property
     def incumbent(self) -> str:
-        return "rule"
+        return self.rule_name
 
     @property
     def vs_incumbent(self) -> float:
@@ -221,54 +256,17 @@ class RuleStanding:
 
     @property
     def policy_proven(self) -> bool:
-        model, rule = self.model, self.rule
-        if model.events == 0 or model.false_alarms > rule.false_alarms:
-            return False
-        return model.caught > rule.caught or (
-            model.caught == rule.caught and _median_lead(model) > _median_lead(rule))
+        return beats(self.model, self.rule)
 
     @property
     def why(self) -> str:
         model, rule = self.model, self.rule
-        return (f", against the rule: caught {model.caught}/{model.events} (rule "
-                f"{rule.caught}), false alarms {model.false_alarms} (rule "
-                f"{rule.false_alarms}), median lead {_median_lead(model):g} ticks (rule "
-                f"{_median_lead(rule):g})")
+        return (f", against the rule {self.rule_name}: caught {model.caught}/{model.events} "
+                f"(rule {rule.caught}), false alarms {model.false_alarms} (rule "
+                f"{rule.false_alarms}), median lead {median_lead(model):g} ticks (rule "
+                f"{median_lead(rule):g})")
 
     def text(self) -> str:
-        """The predictor's `incumbent` file."""
+        """The standing's lines of the predictor's `incumbent` file."""
         proven = "yes" if self.policy_proven else "no"
-        return (f"rule{self.why[len(', against the rule'):]}\nmodel_beats_rule {proven}\n")
-
-
-class RuleIncumbent:
-    """A predictor's incumbent: the rule, judged beside the model by the shadow book.
-
-    The same surface as `incumbent.Incumbent` (the proxy, the files and the metrics
-    call it alike); a prediction sets no knob, so there is nothing to probe or apply."""
-
-    def __init__(self, window) -> None:
-        self.window = window  # the proxy's PredictorWindow: its efficiency restarts per mode
-
-    def standing(self) -> RuleStanding:
-        efficiency = self.window.efficiency
-        return RuleStanding(efficiency.model, efficiency.rule, efficiency.estimate()[0])
-
-    def file_text(self) -> str:
-        return self.standing().text()
-
-    def versus_text(self) -> str:
-        value = self.standing().vs_incumbent
-        return "nan\n" if math.isnan(value) else f"{value:.3f}\n"
-
-    def versus(self, ratio: float) -> float | None:
-        return ratio if math.isfinite(ratio) else None
-
-    def decide(self, *args) -> None:
-        return None
-
-    def ran(self, source: str, objective: float) -> None:
-        return None
-
-    def measured(self, *args) -> None:
-        return None
+        return f"model{self.why}\nmodel_beats_rule {proven}\n"

@@ -138,6 +138,9 @@ class ModelProxy:
     def _on_stop(self) -> None:
         """The model stops: let go of what it holds (its feedback window is flushed)."""
 
+    def closing(self) -> None:
+        """The mount closes: keep what the kind holds in memory (a knob model's pairs)."""
+
     # the tick, for a kind whose models set knobs (`ModelKind.sets_knobs`)
     def expire(self, tick: int) -> None:
         """Inputs whose ttl ran out end before the tick is planned."""

@@ -34,7 +34,8 @@ efficiency test and this one).  The trainer's own recommendations are never filt
 
 The evidence is the proxy's own, not the trainer's word: the stable pairs of
 its efficiency window (`mlfs.core.models.efficiency`), the same numbers the mode
-machine judges.  Memory is bounded: the last `KEPT_PAIRS` pairs.
+machine judges.  Memory is bounded: the last `KEPT_PAIRS` pairs, which survive a
+restart of the daemon in the model's state directory (`safe_set_file`).
 """
 
 from __future__ import annotations
@@ -97,6 +98,16 @@ class SafeSet:
 
     def setting(self, slot: int) -> dict[str, KnobValue]:
         return dict(self._settings[slot])
+
+    def held(self) -> tuple[list[dict[str, KnobValue]], dict[str, np.ndarray]]:
+        """The settings and the pairs the ring holds, oldest first (what `measured`
+        replays into an empty SafeSet to rebuild this one: `safe_set_file`)."""
+        held = min(self._count, len(self._slot))
+        order = (np.arange(held) + self._count - held) % len(self._slot)
+        pairs = {"baseline": self._baseline[order], "ratio": self._ratio[order],
+                 "slot": self._slot[order], "tick": self._tick[order],
+                 "by_model": self._by_model[order]}
+        return [dict(s) for s in self._settings], pairs
 
     def measured(self, knobs: Mapping[str, KnobValue], baseline: float, ratio: float,
                  tick: int = -1, by_model: bool = False) -> None:

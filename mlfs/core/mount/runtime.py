@@ -490,6 +490,7 @@ class SubsystemRuntime:
             self._record_released(self.application.release(self.mount.clock(),
                                                             everything=True))
         for proxy in self.models.values():
+            proxy.closing()
             proxy.journal.close()
             proxy.feedback.close()
         if self.records is not None:

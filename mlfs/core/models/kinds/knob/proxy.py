@@ -29,6 +29,7 @@ from ...model_files import feedback_schema
 from ...policy import Policy, PolicyRemoved
 from ...proxy import ModelProxy
 from ...safe_set import RESTRICTED_MODES, SafeSet
+from ...safe_set_file import SafeSetFile
 
 
 class KnobProxy(ModelProxy):
@@ -42,9 +43,15 @@ class KnobProxy(ModelProxy):
 
     def _setup(self) -> None:
         subsystem = self.runtime.subsystem
-        #: what the policy may choose in collaboration and recommendation
-        self.safe = SafeSet()
         self._knob_columns = [knob_column(name) for name in subsystem.knobs]
+        #: what the policy may choose in collaboration and recommendation, on the pairs
+        #: measured before a restart too (safe_set_file.py)
+        self.safe_file = SafeSetFile(self.directory, self._knob_columns,
+                                     f"{self.runtime.name}/{self.name}")
+        saved, damaged = self.safe_file.load()
+        if damaged is not None:
+            self._state_damaged(self.safe_file.path, damaged)
+        self.safe = saved or SafeSet()
         #: the best fixed setting measured at the current level (incumbent.py)
         self.incumbent = Incumbent(self.safe, dict(zip(self._knob_columns,
                                                        subsystem.knobs, strict=True)))
@@ -68,6 +75,16 @@ class KnobProxy(ModelProxy):
         if self.current is not None:
             self._finish(self.current, "ignored", "model stopped")
             self.current = None
+
+    def stop(self) -> None:
+        super().stop()  # the window's last pairs are measured there
+        if not self.destroyed:
+            self.safe_file.save(self.safe)
+
+    def closing(self) -> None:
+        """The mount closes: the measured pairs are kept for the next mount."""
+        if not self.destroyed:
+            self.safe_file.save(self.safe)
 
     # ---- the knobs it controls ---------------------------------------------
     def set_knobs(self, data: bytes) -> None:
@@ -238,6 +255,8 @@ class KnobProxy(ModelProxy):
                                         pair.baseline, pair.ratio, pair.tick, row["source"],
                                         self.mode)
             self.feedback.append(row)
+        if pairs and not self.destroyed:
+            self.safe_file.save_now_and_then(self.safe)
 
 
 __all__ = ["KnobProxy"]

@@ -13,8 +13,11 @@ The proxy's promise is the knob proxy's: check, act on a share set by the mode, 
 against the human-made algorithm, feed the error back.  Modes gate actions, not
 measurement: every mode scores both sides, and what is *raised* (an `alert` event, the
 metric, a line in the model's `alerts` file) is
-- emergency: the rule's alerts alone; learning: the rule's (the model is shadowed);
-- collaboration: both; recommendation: the model's, replacing the rule's.
+- emergency: the declared rule's alerts alone; learning: the incumbent rule's (the
+  model is shadowed); collaboration: the model's and the incumbent rule's;
+  recommendation: the model's, replacing the rule's.
+The incumbent rule is the declared one until a single-column threshold rule swept over
+the labelled outcomes is proven clearly better (`mlfs.core.models.rule_incumbent`).
 An entity's alert is raised once per horizon (the same drive is not re-announced every
 tick).  The efficiency (the rule's cost over the model's, docs/ABI.md "Predictors")
 drives the same mode machine as a knob model's.
@@ -33,8 +36,9 @@ from mlfs.abi import Target, WindowState
 from mlfs.base.clock import rfc3339
 
 from ...efficiency import EfficiencyStats
-from ...predictor import Judged, PredictorEfficiency, RuleIncumbent, ShadowBook
+from ...predictor import Judged, PredictorEfficiency, ShadowBook
 from ...proxy import ModelProxy
+from ...rule_incumbent import RuleIncumbent, RuleSweep, sweep_columns
 from .inputs import Prediction, PredictionPolicy, parse_predictions
 
 #: predictions written into `recommend` kept per target (an entity's newest wins)
@@ -50,9 +54,14 @@ MAX_FEEDBACK_ROWS_PER_TICK = 5000
 class PredictorWindow:
     """Every target's shadow book and the model's efficiency over all of them."""
 
-    def __init__(self, targets: dict[str, Target], min_events: int = 3) -> None:
+    def __init__(self, targets: dict[str, Target], min_events: int = 3,
+                 records: dict[str, str] | None = None) -> None:
         self.targets = targets
         self.books = {name: ShadowBook(t.horizon_ticks) for name, t in targets.items()}
+        #: per target, the threshold rules swept over its labelled rows and the incumbent
+        self.sweeps = {name: RuleSweep(t, sweep_columns(records or {}, t))
+                       for name, t in targets.items()}
+        self.restarts = 0  # mode switches: the incumbent's standing counts from the last
         first = next(iter(targets.values()))
         self.efficiency = PredictorEfficiency(first.miss_cost, first.false_alarm_cost,
                                               min_events)
@@ -74,6 +83,7 @@ class PredictorWindow:
         first = next(iter(self.targets.values()))
         self.efficiency = PredictorEfficiency(first.miss_cost, first.false_alarm_cost,
                                               self.efficiency.min_events)
+        self.restarts += 1
 
     def flush(self) -> list:
         return []  # outcomes are judged when their horizon passes, never guessed at stop
@@ -87,11 +97,13 @@ class PredictorProxy(ModelProxy):
     event = "alert"
 
     def _new_window(self) -> PredictorWindow:
-        return PredictorWindow(dict(self.runtime.subsystem.targets))
+        return PredictorWindow(dict(self.runtime.subsystem.targets),
+                               records=dict(self.runtime.subsystem.records))
 
     def _setup(self) -> None:
         self.targets: dict[str, Target] = dict(self.runtime.subsystem.targets)
-        self.incumbent = RuleIncumbent(self.window)  # the rule: recommendation must beat it
+        # the best threshold rule: recommendation must beat it (rule_incumbent.py)
+        self.incumbent = RuleIncumbent(self.window, self.window.sweeps)
         self.predictions: dict[str, dict[object, tuple[float, int | None]]] = {
             t: {} for t in self.targets}
         self.raised: dict[tuple[str, object], int] = {}
@@ -141,11 +153,18 @@ class PredictorProxy(ModelProxy):
             rule = table.column(target.rule).to_numpy(zero_copy_only=False).astype(bool)
             p = self._probabilities(name, tick, keys, table)
             model = self._alerting(p)
+            sweep = self.window.sweeps[name]
             judged = self.window.books[name].add(tick, keys, events, np.nan_to_num(p),
-                                                 model, rule)
-            self.window.efficiency.update(judged)
+                                                 model, rule, sweep.features(table))
+            self.window.efficiency.update(judged)  # against the declared rule (the default)
+            self.incumbent.update(name, judged)  # the rule sweep; the standing against it
             feedback += self._feedback_rows(name, judged)
-            self._raise(name, target, tick, keys, p, model, rule, table)
+            # the rule's alerts that stand are the incumbent's (the declared rule's until a
+            # swept rule is proven clearly better on outcomes); emergency, which runs the
+            # default algorithm everywhere, raises the declared rule's
+            standing = rule if self.mode == "emergency" else sweep.incumbent_alerts(table,
+                                                                                   rule)
+            self._raise(name, target, tick, keys, p, model, standing, table)
         ts = int(time.time() * 1_000_000)
         for row in feedback[:MAX_FEEDBACK_ROWS_PER_TICK]:
             row["ts"] = ts
