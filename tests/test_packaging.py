@@ -63,7 +63,7 @@ def test_ci_setup_has_a_demo_subset_and_ci_run_is_the_readme_test_command():
     readme = (REPO / "README.md").read_text()
     assert "bash .ci/setup --demo && .venv/bin/mlfs demo" in readme
     assert "bash .ci/setup && .venv/bin/python -m pytest -q" in readme
-    for heading in ("## Requirements", "## Install", "## A first look"):
+    for heading in ("## Install", "## A first look"):
         assert heading in readme
     wrong = subprocess.run(["bash", str(REPO / ".ci/setup"), "--bogus"], capture_output=True,
                            text=True, timeout=30)

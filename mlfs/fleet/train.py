@@ -72,6 +72,8 @@ NETWORK_TIMEOUT_MINUTES = 1
 FIT_TIMEOUT = 3600.0
 #: how often the fit's watcher asks the scheduler which workers are alive
 WATCH_SECONDS = 0.25
+#: how long a failed fit waits for the scheduler to notice a worker that left (its cause)
+GONE_GRACE_SECONDS = 5.0
 #: seconds to reach a named scheduler
 CONNECT_TIMEOUT = "30s"
 
@@ -198,8 +200,29 @@ def watched(client, work: Callable[[], Any], timeout: float, what: str) -> Any:
         exc = outcome["error"]
         if isinstance(exc, TrainError):
             raise exc
+        # A killed worker often fails its peers' LightGBM sockets before the scheduler
+        # has noticed it gone: name the cause (the worker), not the symptom (a reset
+        # socket), when the scheduler sees it leave within a short grace.
+        gone = _left(client, before, GONE_GRACE_SECONDS)
+        if gone:
+            raise TrainError(f"{what}: worker {', '.join(sorted(gone))} left the cluster "
+                             "during training; nothing published") from exc
         raise TrainError(f"{what} failed: {_one_line(exc)}; nothing published") from exc
     return outcome["value"]
+
+
+def _left(client, before: set[str], grace: float) -> set[str]:
+    """The workers of `before` the scheduler no longer lists, waiting up to `grace`
+    seconds for it to notice (empty if none left, or the scheduler cannot say)."""
+    deadline = time.monotonic() + grace
+    while True:
+        try:
+            gone = before - set(client.scheduler_info()["workers"])
+        except Exception:  # noqa: BLE001  (the scheduler went away: the fit's error stands)
+            return set()
+        if gone or time.monotonic() >= deadline:
+            return gone
+        time.sleep(WATCH_SECONDS)
 
 
 def _quiet(line: str, final: bool = True) -> None:
