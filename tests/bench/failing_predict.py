@@ -44,6 +44,7 @@ import numpy as np
 from mlfs.backends.linux.health import LinuxHealth
 from mlfs.trainers.predictor.learner import EventLearner, label_rows
 
+from mlfs.core.models.predictor import Tally, beats, median_lead
 from tests.failing_disk import FailingLoop
 
 BASE = ["reads", "read_ms_per_op", "in_flight", "busy_ms", "errors_total"]
@@ -188,9 +189,39 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"{source:12s} caught {out[source]['caught']}, lead times "
               f"{[r[source]['lead_s'] for r in out['runs']]} s, false alarms "
               f"{out[source]['false_alarms']}", flush=True)
+    out["gate"] = gate(out["runs"])
+    print(f"gate: {out['gate']['verdict']}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
     return out
+
+
+def tally(runs: list[dict], source: str) -> Tally:
+    """One source's alerts over the test disks as the proxy's shadow book counts them
+    (an event per disk; a false alarm per disk alerted while still healthy)."""
+    leads = [r[source]["lead_s"] for r in runs if r[source]["lead_s"] is not None]
+    return Tally(events=len(runs), caught=len(leads),
+                 false_alarms=sum(r[source]["false_alarm"] for r in runs),
+                 negatives=len(runs), leads=leads)
+
+
+def gate(runs: list[dict]) -> dict:
+    """What the proxy's rule gate (`mlfs.core.models.predictor.beats`, the test
+    `RuleStanding.policy_proven` makes) decides on these outcomes: recommendation, where
+    the model's alerts replace the rule's, only if the model beats the incumbent rule
+    ("alert after the first error": with fewer than `rule_incumbent.MIN_EVENTS` events
+    no swept rule may replace it); otherwise the model waits in collaboration and the
+    rule's alerts stand."""
+    model, rule = tally(runs, "model"), tally(runs, "first_error")
+    wins = beats(model, rule)
+    return {"incumbent": "first_error", "model_beats_incumbent": wins,
+            "verdict": ("the model beats the rule: recommendation may replace its alerts"
+                        if wins else "the model does not beat the rule: it stays in "
+                        "collaboration and the rule's alerts stand")
+                       + f" (model {model.caught}/{model.events} caught, "
+                         f"{model.false_alarms} false alarms, median lead "
+                         f"{median_lead(model):.1f} s; rule {rule.caught}/{rule.events}, "
+                         f"{rule.false_alarms}, {median_lead(rule):.1f} s)"}
 
 
 if __name__ == "__main__":
