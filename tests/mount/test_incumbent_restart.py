@@ -13,7 +13,7 @@ from __future__ import annotations
 import signal
 
 from mlfs.core.models.incumbent import Incumbent
-from mlfs.core.models.safe_set_file import SAFE_SET_FILE, decode
+from mlfs.core.models.safe_set_file import SAFE_SET_FILE, SAVE_EVERY_PAIRS, decode
 from tests.harness import Mount, wait_for, write_errno
 from tests.mount.test_incumbent import STRIDED
 
@@ -47,6 +47,34 @@ def test_the_incumbent_and_its_pairs_survive_umount_and_mount(mount_root):
         m.start()
         assert (model / "state").read_text().strip() == "stopped"
         assert (model / "incumbent").read_text() == before
+    finally:
+        m.kill(signal.SIGTERM)
+
+
+def test_a_crash_loses_at_most_the_pairs_since_the_last_snapshot(mount_root):
+    """SIGKILL: no close runs, so what comes back is the snapshot written every
+    `SAVE_EVERY_PAIRS` pairs while the model ran, never an empty incumbent."""
+    m = Mount(mount_root, STRIDED).start()
+    try:
+        model = m.sub / "models" / "m"
+        model.mkdir()
+        assert write_errno(model / "control", b"start\n") == 0
+        assert write_errno(model / "mode", b"learning\n") == 0
+        assert write_errno(model / "recommend", b"read_ahead_kb=32 ttl=100000\n") == 0
+        saved = m.state_dir / "sim.readahead" / "models" / "m" / SAFE_SET_FILE
+        wait_for(saved.exists, timeout=300, what=f"a snapshot after {SAVE_EVERY_PAIRS} pairs")
+        m.kill(signal.SIGKILL)
+        # what the crash left is a whole snapshot (an atomic replace), whichever it is
+        crashed = decode(saved.read_bytes(), ["knob_read_ahead_kb"])
+        assert len(crashed.held()[1]["tick"]) > 0
+        kept = Incumbent(crashed, {"knob_read_ahead_kb": "read_ahead_kb"}).file_text()
+        assert kept.startswith("read_ahead_kb=32 "), kept
+
+        m.start()
+        assert (model / "errors").read_text() == ""
+        shown = (model / "incumbent").read_text()
+        assert shown.startswith("read_ahead_kb=32 "), shown
+        assert not saved.with_name(SAFE_SET_FILE + ".damaged").exists()
     finally:
         m.kill(signal.SIGTERM)
 
