@@ -30,9 +30,9 @@ is their interval, and the model is *proven* when that interval's lower end is
 within `TOLERANCE` of the incumbent's estimate (or the incumbent is the default).
 The mode machine
 promotes to recommendation only a proven policy (`mlfs.core.models.modes`);
-in recommendation an unproven policy gives way to the incumbent (`choose`:
-every tick when it is proven worse, turn about while undecided), so
-recommendation never runs a guess alone.  docs/ABI.md, "The incumbent".
+in recommendation a policy not proven at this level gives way to the incumbent, the
+default included (`choose`: every tick when it is proven worse, turn about while
+undecided), so recommendation never runs a guess alone.  docs/ABI.md, "The incumbent".
 """
 
 from __future__ import annotations
