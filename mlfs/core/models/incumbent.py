@@ -30,9 +30,9 @@ is their interval, and the model is *proven* when that interval's lower end is
 within `TOLERANCE` of the incumbent's estimate (or the incumbent is the default).
 The mode machine
 promotes to recommendation only a proven policy (`mlfs.core.models.modes`);
-in recommendation an unproven policy gives way to the incumbent (`choose`:
-every tick when it is proven worse, turn about while undecided), so
-recommendation never runs a guess alone.  docs/ABI.md, "The incumbent".
+in recommendation a policy not proven at this level gives way to the incumbent, the
+default included (`choose`: every tick when it is proven worse, turn about while
+undecided), so recommendation never runs a guess alone.  docs/ABI.md, "The incumbent".
 """
 
 from __future__ import annotations
@@ -95,11 +95,23 @@ class Standing:
 
     @property
     def policy_proven(self) -> bool:
-        """The policy's interval reaches the incumbent within TOLERANCE (the default as
-        incumbent: nothing to beat here beyond what the mode machine tests)."""
-        if self.incumbent is None:
-            return True
+        """The promotion's bar: the policy's interval reaches the incumbent within
+        TOLERANCE (the default as incumbent: nothing to beat here beyond what the mode
+        machine tests, over every level)."""
+        return self.incumbent is None or self.policy_holds_here
+
+    @property
+    def policy_holds_here(self) -> bool:
+        """Recommendation's bar at this level: the policy's own interval here reaches the
+        incumbent's estimate (the default's, 1, when no fixed setting beats it) within
+        TOLERANCE.  A policy promoted on its efficiency over all levels may still be
+        unproven, or worse than the default, at this one."""
         return self.policy.known and self.policy.lower >= self.estimate * (1.0 - TOLERANCE)
+
+    @property
+    def policy_worse_here(self) -> bool:
+        """The policy's interval here lies wholly below the incumbent's estimate."""
+        return self.policy.known and self.policy.upper < self.estimate
 
     @property
     def why(self) -> str:
@@ -236,9 +248,9 @@ class Incumbent:
 
     def choose(self, mode: str, controlled: list[str], tick: int = 0,
                has_policy: bool = True) -> dict[str, KnobValue] | None:
-        """In recommendation: the incumbent's setting of the `controlled` knobs when the
-        policy is not proven against it here (None: the policy decides, or the incumbent
-        is the default, or it does not set every controlled knob).
+        """In recommendation: what runs instead of a policy not proven here against the
+        incumbent, the incumbent's setting of the `controlled` knobs, or `{}` for the
+        default when no fixed setting beats it here (None: the policy decides).
 
         Undecided (the policy's interval reaches the incumbent's estimate but its lower
         end is not within TOLERANCE of it), the two take turns in blocks of
@@ -246,23 +258,26 @@ class Incumbent:
         the incumbent running alone would never give it (on the simulator, the policy
         read features the incumbent cannot: the incumbent alone was 0.951-0.963 of the
         oracle on seed 1, the policy 0.975).  Proven worse (its interval's upper end
-        below the incumbent's estimate), or without a policy, it gives way at every tick."""
+        below the incumbent's estimate), or without a policy, it gives way at every tick.
+        The default is an incumbent like any other: a policy promoted on its efficiency
+        over all levels ran read_ahead_kb=0 on a sequential scan in recommendation, x0.65
+        the default there (issue 53), because no fixed setting beat the default at that
+        level and so nothing held it."""
         if mode != "recommendation":
             return None
         if self._stale_level == self.safe.level:
             return None
         standing = self.standing()
-        if standing.incumbent is None or standing.policy_proven:
+        if standing.policy_holds_here:
             return None
-        policy = standing.policy
-        if (has_policy and not (policy.known and policy.upper < standing.estimate)
-                and (tick // DUEL_TICKS) % 2):
+        if has_policy and not standing.policy_worse_here and (tick // DUEL_TICKS) % 2:
             return None  # the policy's turn
+        if standing.incumbent is None:
+            return {}  # the default
         knobs = standing.incumbent.knobs
         if not all(name in knobs for name in controlled):
             return None
         return {name: knobs[name] for name in controlled}
-
 
     def ran(self, source: str, objective: float) -> None:
         """An ML tick ran with `objective`: one of the incumbent's own that read outside

@@ -183,7 +183,8 @@ class KnobProxy(ModelProxy):
             return Decision(dict(rec.knobs), rec.expect, "recommendation", rec.id)
         fixed = self.incumbent.decide(tick, self.mode, self.controlled, self.policy is not None)
         if fixed is not None:  # recommendation's unproven policy, or the bandit's probe
-            return Decision(fixed, None, "incumbent", None)
+            # {}: the default is the incumbent here, and runs as a default tick
+            return Decision(fixed, None, "incumbent", None) if fixed else None
         if self.policy is not None and features is not None:
             allowed = None
             if self.mode in RESTRICTED_MODES and self.modes.switching == "auto":
