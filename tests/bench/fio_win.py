@@ -191,11 +191,19 @@ WIN_KNOBS = {"queue": ("scheduler", "nr_requests"),
 MODEL_FEATURES: dict[str, tuple[str, ...]] = {"dirty": ("bulk_write_kb_per_call",)}
 
 
-def win_settings(candidate: str) -> list[dict]:
+def win_settings(candidate: str, device: str | None = None) -> list[dict]:
+    """The sweep's settings of the knobs mlfs may set, within its ranges, and (with
+    `device`) only the I/O schedulers its kernel offers (a kernel built without bfq
+    refuses it: the sweep measures what could be set, as mlfs's bounds do)."""
     ranges = WIN_RANGES.get(candidate, {})
+    offered = None
+    if device is not None and "scheduler" in WIN_KNOBS[candidate]:
+        text = Path(f"/sys/block/{device}/queue/scheduler").read_text()
+        offered = {word.strip("[]") for word in text.split()}
     return [s for s in sweeps.CANDIDATES[candidate]["settings"]
             if set(s) <= set(WIN_KNOBS[candidate])
-            and all(lo <= s[k] <= hi for k, (lo, hi) in ranges.items() if k in s)]
+            and all(lo <= s[k] <= hi for k, (lo, hi) in ranges.items() if k in s)
+            and (offered is None or s.get("scheduler", "none") in offered)]
 
 
 #: a setting mlfs held for at least this share of a phase's evaluation samples is
@@ -396,7 +404,7 @@ def one_run(args: argparse.Namespace, n: int, log: logging.Logger) -> dict:
                 found = out["sweep"]["held_out"] = held_out(rounds, phases, "default")
                 best_label = found["best_static"]
                 print(f"run {n}: sweep held out: {held_out_text(found)}", flush=True)
-            best = next(s for s in win_settings(args.candidate)
+            best = next(s for s in win_settings(args.candidate, device)
                         if sweeps.label(s) == best_label)
             print(f"run {n}: sweep: best static {best_label} "
                   f"(x{analysis['ratio'][best_label]['overall']:.2f}); per phase "
@@ -412,7 +420,7 @@ def one_run(args: argparse.Namespace, n: int, log: logging.Logger) -> dict:
             # 4. every setting mlfs chose that the grid lacked, measured statically beside
             # the default (issue 33 item 2: no claim about a setting nobody measured)
             chosen = chosen_settings(out["conditions"]["mlfs"]["knobs"],
-                                     win_settings(args.candidate), default)
+                                     win_settings(args.candidate, device), default)
             out["chosen_not_in_grid"] = chosen
             if chosen:
                 sweep_args.settings = [{}] + chosen
@@ -454,7 +462,7 @@ def restore(files: dict[str, Path], original: dict[str, str]) -> None:
 def sweep_in(args: argparse.Namespace, device: str, mnt: Path) -> dict:
     """tests.bench.sweep's rounds on this run's file system: {setting: {phase: [MiB/s]}}."""
     phases = args.phases
-    settings = getattr(args, "settings", None) or win_settings(args.candidate)
+    settings = getattr(args, "settings", None) or win_settings(args.candidate, device)
     values = {sweeps.label(s): {p: [] for p in phases} for s in settings}
     with tempfile.TemporaryDirectory(prefix="mlfs-sweep-") as state:
         ctl = sweeps.controller_for(args.candidate, device, Path(state))
