@@ -191,6 +191,25 @@ WIN_KNOBS = {"queue": ("scheduler", "nr_requests"),
 MODEL_FEATURES: dict[str, tuple[str, ...]] = {"dirty": ("bulk_write_kb_per_call",)}
 
 
+def offered_schedulers(device: str) -> set[str]:
+    """The I/O schedulers the device's kernel offers (its queue/scheduler file)."""
+    text = Path(f"/sys/block/{device}/queue/scheduler").read_text()
+    return {word.strip("[]") for word in text.split()}
+
+
+def mount_config(candidate: str, share: float, device: str) -> str:
+    """The mount's configuration for this run; the queue's `apply` names only the
+    schedulers this kernel offers (the mount refuses one it does not, exit 2)."""
+    config = CONFIGS[candidate].format(share=share, device=device)
+    if "scheduler" in WIN_KNOBS[candidate]:
+        offered = offered_schedulers(device)
+        listed = ["none", "mq-deadline", "kyber", "bfq"]
+        config = config.replace(
+            "scheduler = " + json.dumps(listed),
+            "scheduler = " + json.dumps([s for s in listed if s in offered]))
+    return config
+
+
 def win_settings(candidate: str, device: str | None = None) -> list[dict]:
     """The sweep's settings of the knobs mlfs may set, within its ranges, and (with
     `device`) only the I/O schedulers its kernel offers (a kernel built without bfq
@@ -198,8 +217,7 @@ def win_settings(candidate: str, device: str | None = None) -> list[dict]:
     ranges = WIN_RANGES.get(candidate, {})
     offered = None
     if device is not None and "scheduler" in WIN_KNOBS[candidate]:
-        text = Path(f"/sys/block/{device}/queue/scheduler").read_text()
-        offered = {word.strip("[]") for word in text.split()}
+        offered = offered_schedulers(device)
     return [s for s in sweeps.CANDIDATES[candidate]["settings"]
             if set(s) <= set(WIN_KNOBS[candidate])
             and all(lo <= s[k] <= hi for k, (lo, hi) in ranges.items() if k in s)
@@ -493,8 +511,8 @@ def mlfs_part(args: argparse.Namespace, device: str, mnt: Path, phases: tuple[st
     info: dict = {}
     runs: dict[str, dict] = {}
     sub_name = subsystem_name(args.candidate, device)
-    mount = Mount(mnt.parent, CONFIGS[args.candidate].format(share=args.learning_share,
-                                                             device=device), name="mlfs")
+    mount = Mount(mnt.parent, mount_config(args.candidate, args.learning_share, device),
+                  name="mlfs")
     files = knob_files(args.candidate, device)
     try:
         mount.start()
