@@ -89,6 +89,9 @@ def readahead_score(data: dict) -> RunScore:
 def _spread(values: Sequence[float], fmt: str = "×{:.2f}") -> str:
     if not values:
         return "–"
+    values = [round(v, 4) + 0.0 for v in values]  # + 0.0: no "-0%" for a -0.0007 share
+    if "%" in fmt:
+        values = [round(v, 2) + 0.0 for v in values]
     med = fmt.format(statistics.median(values))
     if len(values) == 1:
         return med
