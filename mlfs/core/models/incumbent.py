@@ -259,21 +259,24 @@ class Incumbent:
         read features the incumbent cannot: the incumbent alone was 0.951-0.963 of the
         oracle on seed 1, the policy 0.975).  Proven worse (its interval's upper end
         below the incumbent's estimate), or without a policy, it gives way at every tick.
-        The default is an incumbent like any other: a policy promoted on its efficiency
+        Where no fixed setting beats the default, a policy proven worse than the default
+        at this level gives way to it at every tick: a policy promoted on its efficiency
         over all levels ran read_ahead_kb=0 on a sequential scan in recommendation, x0.65
-        the default there (issue 53), because no fixed setting beat the default at that
-        level and so nothing held it."""
+        the default there (issue 53), and nothing held it."""
         if mode != "recommendation":
             return None
         if self._stale_level == self.safe.level:
             return None
         standing = self.standing()
+        if standing.incumbent is None:
+            # the default as incumbent: it runs where the policy is proven worse here, and
+            # only there (a policy without evidence at this level passed the mode
+            # machine's bar, which is the default's, over all levels)
+            return {} if has_policy and standing.policy_worse_here else None
         if standing.policy_holds_here:
             return None
         if has_policy and not standing.policy_worse_here and (tick // DUEL_TICKS) % 2:
             return None  # the policy's turn
-        if standing.incumbent is None:
-            return {}  # the default
         knobs = standing.incumbent.knobs
         if not all(name in knobs for name in controlled):
             return None
