@@ -16,7 +16,7 @@ replayed from the seed by `backends.sim_replay.Counterfactuals`).
 
 Why 0.05 s a tick by default and not the shortest tick the daemon accepts
 (0.001 s): the trainer gates its work on wall time as well as rows
-(FIT_MIN_ROWS 200, FIT_MIN_SECONDS 2, POLICY_MIN_SECONDS 5 in
+(FIT_MIN_ROWS 200 and FIT_MIN_SECONDS 2 in trainers/knob/cadence.py, POLICY_MIN_SECONDS 5 in
 trainers/knob/worker.py).  At 0.05 s a tick the 200-row gate (10 s) is the binding
 one, as at 1 tick/s, so the learner's cadence in ticks is that of a real host;
 below 0.025 s the 5 s policy gate would make learning alone look slower in

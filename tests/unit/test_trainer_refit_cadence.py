@@ -1,8 +1,8 @@
-"""When the knob trainer refits (`trainers/knob/worker.py`, `fit_due`)."""
+"""When the knob trainer refits (`trainers/knob/cadence.py`, `fit_due`)."""
 
 from __future__ import annotations
 
-from mlfs.trainers.knob.worker import (
+from mlfs.trainers.knob.cadence import (
     FIT_MIN_ROWS,
     FIT_MIN_SECONDS,
     FIT_SLOW_ROWS,
