@@ -92,6 +92,9 @@ def test_the_proxy_keeps_an_incumbent_and_recommendation_runs_it(strided):
                              if r["tick"] > mark and r["source"] == "incumbent"][:50] or None,
                     timeout=120, what="feedback rows of the incumbent")
     assert {r["knob_read_ahead_kb"] for r in rows} == {32}
-    measured = [r["efficiency_vs_incumbent"] for r in rows
-                if r["efficiency_vs_incumbent"] is not None]
-    assert measured and 0.8 < sorted(measured)[len(measured) // 2] < 1.25
+    # each row is read against the incumbent's estimate (x1.2-1.5 the default, above),
+    # whatever the row itself measured (on a loaded machine the incumbent's own ticks
+    # read up to x1.28 of that estimate: the figure, not the division, varies)
+    divisors = [r["efficiency"] / r["efficiency_vs_incumbent"] for r in rows
+                if r["efficiency_vs_incumbent"] and r["efficiency"] is not None]
+    assert divisors and all(1.15 < d < 1.6 for d in divisors), divisors
