@@ -18,14 +18,20 @@ from tests.harness import Mount, wait_for, write_errno
 from tests.mount.test_incumbent import STRIDED
 
 
+def explore_32(m: Mount, ttl: int):
+    """Model m started in learning, a trainer's 32 KiB exploration in force for `ttl`."""
+    model = m.sub / "models" / "m"
+    model.mkdir()
+    assert write_errno(model / "control", b"start\n") == 0
+    assert write_errno(model / "mode", b"learning\n") == 0
+    assert write_errno(model / "recommend", f"read_ahead_kb=32 ttl={ttl}\n".encode()) == 0
+    return model
+
+
 def test_the_incumbent_and_its_pairs_survive_umount_and_mount(mount_root):
     m = Mount(mount_root, STRIDED).start()
     try:
-        model = m.sub / "models" / "m"
-        model.mkdir()
-        assert write_errno(model / "control", b"start\n") == 0
-        assert write_errno(model / "mode", b"learning\n") == 0
-        assert write_errno(model / "recommend", b"read_ahead_kb=32 ttl=3000\n") == 0
+        model = explore_32(m, ttl=3000)
         wait_for(lambda: (model / "incumbent").read_text().startswith("read_ahead_kb=32 "),
                  timeout=120, what="32 KiB becomes the incumbent")
 
@@ -56,11 +62,7 @@ def test_a_crash_loses_at_most_the_pairs_since_the_last_snapshot(mount_root):
     `SAVE_EVERY_PAIRS` pairs while the model ran, never an empty incumbent."""
     m = Mount(mount_root, STRIDED).start()
     try:
-        model = m.sub / "models" / "m"
-        model.mkdir()
-        assert write_errno(model / "control", b"start\n") == 0
-        assert write_errno(model / "mode", b"learning\n") == 0
-        assert write_errno(model / "recommend", b"read_ahead_kb=32 ttl=100000\n") == 0
+        model = explore_32(m, ttl=100000)
         saved = m.state_dir / "sim.readahead" / "models" / "m" / SAFE_SET_FILE
         wait_for(saved.exists, timeout=300, what=f"a snapshot after {SAVE_EVERY_PAIRS} pairs")
         m.kill(signal.SIGKILL)
