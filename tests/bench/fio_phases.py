@@ -89,6 +89,21 @@ def summarize(report: dict) -> dict:
             "bytes": total, "seconds": longest / 1000, "jobs": jobs}
 
 
+def settle() -> float:
+    """Start a visit on a clean page cache: sync(2), which returns once every dirty page
+    is on its device; the seconds it took.
+
+    A visit's buffered writers leave up to a flush cadence dirty, plus what the
+    background jobs wrote, and the next visit's writer then shares the device with
+    their writeback.  Under interleaved conditions that cost lands on whichever
+    condition comes next, not the one that made it: writeback's three runs at 4e3bfed
+    measured the default against itself at x0.68-1.09 (docs/results/against-fixed.md).
+    The time spent here is in no visit's figure."""
+    began = time.monotonic()
+    os.sync()
+    return time.monotonic() - began
+
+
 def run_phase(phase: str | Path, directory: Path, seconds: float) -> dict:
     """Run one phase's job file for `seconds`; summarize() of its report.
 

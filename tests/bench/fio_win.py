@@ -72,7 +72,7 @@ from mlfs.backends.linux.files import parse_bracketed, read_text
 
 from tests.bench import scoring
 from tests.bench import sweep as sweeps
-from tests.bench.fio_phases import MIB, FioStream, run_phase
+from tests.bench.fio_phases import MIB, FioStream, run_phase, settle
 from tests.bench.provenance import measured_commit
 from tests.bench.readahead_experiment import scratch_filesystem
 from tests.bench.win_harness import (
@@ -161,6 +161,11 @@ DEVICE_CAP_MB_PER_S = {"dirty": 1000}
 #: 64 MiB (a fraction of a second at the loop's speed) keeps fio's per-second rate the
 #: durable one; "dirty"'s checkpoint flushes every 512 MiB, half a second at its cap
 MAX_UNFLUSHED_MIB = {"queue": 64, "writeback": 64, "dirty": 512, "readahead": 64}
+
+#: the candidates whose knobs govern the page cache's dirty pages: each phase visit
+#: starts settled (`fio_phases.settle`), so that what one condition left dirty is not
+#: paid by the next condition's visit
+SETTLED_START = frozenset({"writeback", "dirty"})
 
 #: the knobs the experiment lets mlfs (and the sweep's best static) set: for
 #: writeback the two ratios, whose effect the sweep found robust (stream-write
@@ -360,10 +365,13 @@ class Glue(threading.Thread):
 
 
 def run_cycle(phases: tuple[str, ...], mnt: Path, seconds: float, glue: Glue,
-              watch: KnobWatch, label: str) -> dict[str, list]:
-    """Every phase once: {phase: [bytes, seconds]} (fio's figures)."""
+              watch: KnobWatch, label: str, settled: bool = False) -> dict[str, list]:
+    """Every phase once: {phase: [bytes, seconds]} (fio's figures); `settled`: each
+    visit starts on a clean page cache (`fio_phases.settle`)."""
     acc = {}
     for phase in phases:
+        if settled:
+            settle()
         watch.label = f"{label}/{phase}" if label else ""
         stream = FioStream(phase, mnt, seconds, glue, rate_seconds=glue.rate_seconds)
         got = stream.wait(timeout=seconds * 10 + 120)
@@ -401,6 +409,7 @@ def one_run(args: argparse.Namespace, n: int, log: logging.Logger) -> dict:
                  "args": {k: v for k, v in vars(args).items() if k != "json_dir"}}
     cap = DEVICE_CAP_MB_PER_S.get(args.candidate, 0)
     out["device_cap_mb_per_s"] = cap
+    out["settled_start"] = args.candidate in SETTLED_START
     with scratch_filesystem(args.image_mib, cap) as (device, mnt):
         files = knob_files(args.candidate, device)
         original = read_knobs(files)
@@ -498,6 +507,8 @@ def sweep_in(args: argparse.Namespace, device: str, mnt: Path) -> dict:
                     os.sync()
                     sweeps.apply(ctl, setting)
                     for phase in phases:
+                        if args.candidate in SETTLED_START:
+                            settle()
                         values[sweeps.label(setting)][phase].append(
                             run_phase(phase, mnt, args.seconds)["mib_per_s"])
         finally:
@@ -514,6 +525,7 @@ def mlfs_part(args: argparse.Namespace, device: str, mnt: Path, phases: tuple[st
     mount = Mount(mnt.parent, mount_config(args.candidate, args.learning_share, device),
                   name="mlfs")
     files = knob_files(args.candidate, device)
+    clean = args.candidate in SETTLED_START  # each visit on a clean page cache
     try:
         mount.start()
         sub = mount.mountpoint / sub_name
@@ -522,7 +534,7 @@ def mlfs_part(args: argparse.Namespace, device: str, mnt: Path, phases: tuple[st
         print(f"training {args.train_seconds:.0f} s on {sub_name}", flush=True)
         info["training"] = train_online(
             mount.mountpoint, sub_name, MODEL,
-            lambda: run_cycle(phases, mnt, args.train_phase, glue, watch, "train"),
+            lambda: run_cycle(phases, mnt, args.train_phase, glue, watch, "train", clean),
             args.train_seconds, explore_ticks=args.explore_ticks, seed=args.seed, log=log,
             features=model_features(args))
         info["training"]["features"] = model_features(args)
@@ -535,7 +547,7 @@ def mlfs_part(args: argparse.Namespace, device: str, mnt: Path, phases: tuple[st
         if args.judge_seconds:
             info["judged"] = judge(mdir, args.judge_seconds,
                                    lambda: run_cycle(phases, mnt, args.train_phase, glue,
-                                                     watch, ""),
+                                                     watch, "", clean),
                                    WIN_KNOBS[args.candidate])
             print(f"judged: {json.dumps(info['judged'])}", flush=True)
         write_attr(mdir / "mode", "recommendation\n")
@@ -554,7 +566,7 @@ def mlfs_part(args: argparse.Namespace, device: str, mnt: Path, phases: tuple[st
             acc_runs.append(acc)
 
         interleave(1, args.cycles, switch,
-                   lambda c: run_cycle(phases, mnt, args.seconds, glue, watch, c),
+                   lambda c: run_cycle(phases, mnt, args.seconds, glue, watch, c, clean),
                    phases, after_run)
         acc = acc_runs[0]
         knobs = watch.take()

@@ -135,3 +135,50 @@ def test_every_measured_buffered_writer_in_the_workloads_flushes_at_a_cadence() 
                 continue  # scratch: deleted, never needed on the device
             assert 0 < cadence <= per_second.get(path.name, 1024), (path.name, name)
     assert "stream-write.fio" in writers
+
+
+def _dirty_pages(path: Path) -> tuple[int, int]:
+    """(dirty, under writeback) pages of `path` in the page cache: cachestat(2) (Linux
+    6.5), which counts one file's pages, where /proc/meminfo's Dirty is the whole
+    machine's."""
+    import ctypes
+
+    class Range(ctypes.Structure):
+        _fields_ = [("off", ctypes.c_uint64), ("len", ctypes.c_uint64)]
+
+    class Stat(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_uint64) for name in
+                    ("nr_cache", "nr_dirty", "nr_writeback", "nr_evicted",
+                     "nr_recently_evicted")]
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    got, whole = Stat(), Range(0, 0)  # len 0: to the end of the file
+    with path.open("rb") as f:
+        if libc.syscall(451, f.fileno(), ctypes.byref(whole), ctypes.byref(got), 0) != 0:
+            pytest.skip(f"cachestat: {os.strerror(ctypes.get_errno())}")
+    return got.nr_dirty, got.nr_writeback
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="cachestat's number is x86_64's")
+def test_a_settled_start_leaves_none_of_the_previous_visits_pages_dirty(
+        tmp_path: Path) -> None:
+    from tests.bench.fio_phases import settle
+
+    written = tmp_path / "previous-visit"
+    with written.open("wb") as f:  # buffered, never flushed: what a writer leaves behind
+        for _ in range(32):
+            f.write(os.urandom(1 << 20))
+    dirty_before, _ = _dirty_pages(written)
+    if dirty_before == 0:
+        pytest.skip(f"{tmp_path} keeps no dirty pages (a memory file system)")
+    settle()
+    assert _dirty_pages(written) == (0, 0)
+
+
+def test_every_candidate_whose_knobs_govern_dirty_pages_starts_its_visits_settled() -> None:
+    from tests.bench.fio_win import SETTLED_START, WIN_KNOBS
+
+    governs_dirty = {c for c, knobs in WIN_KNOBS.items()
+                     if any(k.startswith("dirty_") for k in knobs)}
+    assert governs_dirty == {"writeback", "dirty"}
+    assert SETTLED_START == governs_dirty
