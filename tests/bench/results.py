@@ -576,7 +576,7 @@ def predict(out: Outputs) -> Row:
 
 def failing_predict(out: Outputs) -> Row:
     rel = "failing-predict.json"
-    command = "`python -m tests.bench.failing_predict --train 6 --test 4` (as root)"
+    command = "`python -m tests.bench.failing_predict --train 6 --test 3` (as root)"
     measured = "the project's failing disk under a loop device, schedules the training never saw"
     if not out.exists(rel):
         return missing("failure prediction on a real failing disk", measured, "", command)
@@ -589,6 +589,10 @@ def failing_predict(out: Outputs) -> Row:
 
     result = (f"learned: {said('model')}; alert after the first error (the default rule): "
               f"{said('first_error')}; a rate threshold: {said('rate')}")
+    gate = d.get("gate")  # the proxy's rule gate (`predictor.beats`), since issue 53
+    if gate:
+        result += ("; the model beats the rule: recommendation" if gate["model_beats_incumbent"]
+                   else "; the model does not beat the rule: it stays in collaboration")
     return Row("failure prediction on a real failing disk "
                "([predictors.md](../predictors.md))", measured, result,
                runs=f"{len(d['runs'])} test runs (6 training)", command=command)
