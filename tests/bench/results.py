@@ -581,6 +581,10 @@ def failing_predict(out: Outputs) -> Row:
     if not out.exists(rel):
         return missing("failure prediction on a real failing disk", measured, "", command)
     d = out.json(rel)
+    ran = d.get("args", {})  # the archived run's own arguments, where it kept them
+    if "train" in ran and "test" in ran:
+        command = (f"`python -m tests.bench.failing_predict --train {ran['train']} "
+                   f"--test {ran['test']}` (as root)")
 
     def said(source: str) -> str:
         leads = [r[source]["lead_s"] for r in d["runs"]]
@@ -595,7 +599,8 @@ def failing_predict(out: Outputs) -> Row:
                    else "; the model does not beat the rule: it stays in collaboration")
     return Row("failure prediction on a real failing disk "
                "([predictors.md](../predictors.md))", measured, result,
-               runs=f"{len(d['runs'])} test runs (6 training)", command=command)
+               runs=f"{len(d['runs'])} test runs ({ran.get('train', 6)} training)",
+               command=command)
 
 
 def kmsg_dedup(out: Outputs) -> Row:
