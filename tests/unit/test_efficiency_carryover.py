@@ -16,7 +16,16 @@ import random
 import pytest
 from mlfs.backends import check_entry
 
-from mlfs.abi import Knob, Objective, Sample, SettingError, Settling, Subsystem, subsystem_problems
+from mlfs.abi import (
+    Knob,
+    Objective,
+    Sample,
+    SettingError,
+    Settling,
+    Subsystem,
+    knob_column,
+    subsystem_problems,
+)
 from mlfs.config import parse_config
 from mlfs.core.models.efficiency import EfficiencyWindow, replay
 from mlfs.core.models.episodes import Hold, Interleaving, Sandwich, episode_ticks, pair_span
@@ -502,6 +511,11 @@ def applied_under_policy(tmp_path, settle: int, ticks: int = 60) -> list[int]:
         proxy.start()
         proxy.set_mode(b"recommendation\n")
         proxy.set_policy(flipping_policy())
+        # both of the policy's choices measured as safe at this level: pinned in
+        # recommendation too, the policy chooses only among measured settings
+        proxy.safe.default_tick(100.0)
+        for x in (2, 8):
+            proxy.safe.measured({knob_column("x"): x}, 100.0, 1.0)
         for _ in range(ticks):
             rt.tick()
         return subsystem.applied

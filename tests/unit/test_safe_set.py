@@ -211,3 +211,17 @@ def test_in_automatic_learning_a_policy_never_runs_its_guess_in_a_phase_it_never
 def test_a_pinned_mode_skips_the_safe_set_as_it_skips_the_efficiency_gate(tmp_path):
     applied, _ = run_two_levels(tmp_path, pin=True)
     assert len([t for t, x in applied if t >= 190 and x == 16]) >= 10
+
+
+def test_pinned_in_recommendation_a_policy_still_runs_only_measured_settings(tmp_path):
+    """A pin sets the mode; it does not pass the mode machine's bar, so what
+    recommendation rolls out stays measured.  Pinned there (as the real-device benches
+    pin it), the policy that learnt phase A ran x = 16 throughout phase B (x0.3 there);
+    with the safe set it reaches 16 in phase B only as a step, for one run of ML ticks
+    at most, and not again once that run judges it a loss."""
+    applied, modes = run_two_levels(tmp_path, pin=True, start="recommendation")
+    assert modes == {"recommendation"}
+    assert 16 in {x for t, x in applied if 100 <= t < 150}, "measured in phase A: allowed there"
+    sixteen_in_b = [t for t, x in applied if t >= 150 and x == 16]
+    assert len(sixteen_in_b) <= 20, f"one run of ML ticks at most: {sixteen_in_b}"
+    assert not [t for t in sixteen_in_b if t >= sixteen_in_b[0] + 25], sixteen_in_b

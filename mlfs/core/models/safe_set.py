@@ -27,10 +27,11 @@ changed), a policy fitted on one phase ran its guess in the next: in `mlfs demo`
 it ran 32 KiB of read-ahead on a sequential scan (x0.34 of the default) for 150
 ticks, the learning efficiency fell to 0.45-0.8 and promotion waited for it to
 recover; with learning restricted, 5 of 8 demo runs reached recommendation by tick
-1,200, against 1 of 4 on the same code without (docs/results/learning-34.md).  A mode
-pinned by a write to `mode` is left alone (a pin skips the proxy's gates: the
-efficiency test and this one).  The trainer's own recommendations are never filtered
-(they are how settings get measured).
+1,200, against 1 of 4 on the same code without (docs/results/learning-34.md).
+Learning and collaboration pinned by a write to `mode` are left alone (the operator's
+experiments); recommendation pinned is not: a pin skips the mode machine's transitions,
+not what recommendation may roll out (`RESTRICTED_PINNED`).  The trainer's own
+recommendations are never filtered (they are how settings get measured).
 
 The evidence is the proxy's own, not the trainer's word: the stable pairs of
 its efficiency window (`mlfs.core.models.efficiency`), the same numbers the mode
@@ -65,8 +66,21 @@ MAX_SETTINGS = 4096
 #: the candidate grid is dilated as a dense array on every restricted decision, only up
 #: to this many cells (beyond, the policy keeps to the safe settings without a step)
 MAX_GRID_CELLS = 1 << 16
-#: the modes in which the policy's choice is restricted: every mode in which it acts
+#: the modes in which the policy's choice is restricted under automatic switching: every
+#: mode in which it acts
 RESTRICTED_MODES = frozenset({"learning", "collaboration", "recommendation"})
+#: ... and pinned by a write to `mode`: a pin sets the mode, it does not pass the mode
+#: machine's bar, so what recommendation rolls out stays measured (issue 53: pinned in
+#: recommendation, a policy ran the block queue's kyber with 8 requests on an OLTP phase,
+#: never measured there, x0.71 the default).  Pinned learning and collaboration are the
+#: operator's experiments: there the policy runs its own choice.
+RESTRICTED_PINNED = frozenset({"recommendation"})
+
+
+def restricted(mode: str, switching: str) -> bool:
+    """Whether the policy may choose only what `SafeSet.allowed` allows, in `mode` under
+    `switching` (`auto` or `pinned`, the model's `mode_switching`)."""
+    return mode in (RESTRICTED_MODES if switching == "auto" else RESTRICTED_PINNED)
 
 
 class SafeSet:

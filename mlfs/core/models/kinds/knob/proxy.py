@@ -28,7 +28,7 @@ from ...incumbent import Incumbent
 from ...model_files import feedback_schema
 from ...policy import Policy, PolicyRemoved
 from ...proxy import ModelProxy
-from ...safe_set import RESTRICTED_MODES, SafeSet
+from ...safe_set import SafeSet, restricted
 from ...safe_set_file import SafeSetFile
 
 
@@ -187,7 +187,7 @@ class KnobProxy(ModelProxy):
             return Decision(fixed, None, "incumbent", None) if fixed else None
         if self.policy is not None and features is not None:
             allowed = None
-            if self.mode in RESTRICTED_MODES and self.modes.switching == "auto":
+            if restricted(self.mode, self.modes.switching):
                 allowed = self.safe.allowed(self.policy.candidates, self.policy.grid_shape,
                                             self.policy.is_default)
             try:
