@@ -511,11 +511,14 @@ def applied_under_policy(tmp_path, settle: int, ticks: int = 60) -> list[int]:
         proxy.start()
         proxy.set_mode(b"recommendation\n")
         proxy.set_policy(flipping_policy())
-        # both of the policy's choices measured as safe at this level: pinned in
-        # recommendation too, the policy chooses only among measured settings
+        # the policy proven at this level, both of its choices measured there: pinned in
+        # recommendation, a policy decides only where it is proven, among measured settings
         proxy.safe.default_tick(100.0)
-        for x in (2, 8):
-            proxy.safe.measured({knob_column("x"): x}, 100.0, 1.0)
+        for episode in range(12):
+            for k in range(3):
+                proxy.incumbent.measured({knob_column("x"): (2, 8)[episode % 2]}, 100.0,
+                                         1.05 + 0.01 * (k - 1), -1000 + 5 * episode + k,
+                                         "policy", "recommendation")
         for _ in range(ticks):
             rt.tick()
         return subsystem.applied

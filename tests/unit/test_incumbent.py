@@ -219,3 +219,31 @@ def test_where_no_fixed_setting_beats_the_default_a_policy_proven_worse_gives_wa
     feed(good, {1: 1.2}, 30, rng, source="policy", mode="collaboration", noise=0.02)
     assert good.standing().policy_holds_here
     assert all(good.choose("recommendation", ["x"], tick) is None for tick in range(20))
+
+
+def test_pinned_in_recommendation_a_policy_decides_only_where_it_is_proven():
+    """A pin is no promotion: without the mode machine's bar behind it, a policy runs
+    only where its own interval here holds against the incumbent; elsewhere the
+    incumbent runs at every tick, the default included ({}), never in turns."""
+    rng = random.Random(14)
+    unproven = fresh()
+    feed(unproven, {1: 1.0}, 3, rng, source="policy", mode="learning", noise=0.1)
+    assert not unproven.standing().policy_worse_here  # promoted, it would decide
+    assert all(unproven.choose("recommendation", ["x"], tick) is None for tick in range(20))
+    assert all(unproven.choose("recommendation", ["x"], tick, promoted=False) == {}
+               for tick in range(20))
+    assert unproven.decide(5, "recommendation", ["x"], True, promoted=False) == {}
+    # a fixed setting proven here: it runs instead of the undecided policy, every tick
+    fixed = fresh()
+    feed(fixed, {2: 1.3}, 30, rng, noise=0.02)
+    feed(fixed, {1: 1.3}, 2, rng, source="policy", start=1000, noise=0.2)
+    assert all(fixed.choose("recommendation", ["x"], tick, promoted=False) == {"x": 2}
+               for tick in range(20))
+    # proven here: the policy decides, pinned or not
+    good = fresh()
+    feed(good, {1: 1.2}, 30, rng, source="policy", mode="collaboration", noise=0.02)
+    assert good.standing().policy_holds_here
+    assert all(good.choose("recommendation", ["x"], tick, promoted=False) is None
+               for tick in range(20))
+    # no policy: the incumbent (here the default)
+    assert fresh().choose("recommendation", ["x"], 0, has_policy=False, promoted=False) == {}

@@ -32,7 +32,9 @@ The mode machine
 promotes to recommendation only a proven policy (`mlfs.core.models.modes`);
 in recommendation a policy not proven at this level gives way to the incumbent, the
 default included (`choose`: every tick when it is proven worse, turn about while
-undecided), so recommendation never runs a guess alone.  docs/ABI.md, "The incumbent".
+undecided), so recommendation never runs a guess alone.  Pinned in recommendation by a
+write to `mode`, the policy has passed no bar at all: it decides only where it is
+proven here, and the incumbent runs everywhere else (`pinned`).  docs/ABI.md, "The incumbent".
 """
 
 from __future__ import annotations
@@ -247,7 +249,8 @@ class Incumbent:
                 if value is not None}
 
     def choose(self, mode: str, controlled: list[str], tick: int = 0,
-               has_policy: bool = True) -> dict[str, KnobValue] | None:
+               has_policy: bool = True, promoted: bool = True
+               ) -> dict[str, KnobValue] | None:
         """In recommendation: what runs instead of a policy not proven here against the
         incumbent, the incumbent's setting of the `controlled` knobs, or `{}` for the
         default when no fixed setting beats it here (None: the policy decides).
@@ -262,9 +265,17 @@ class Incumbent:
         Where no fixed setting beats the default, a policy proven worse than the default
         at this level gives way to it at every tick: a policy promoted on its efficiency
         over all levels ran read_ahead_kb=0 on a sequential scan in recommendation, x0.65
-        the default there (issue 53), and nothing held it."""
+        the default there (issue 53), and nothing held it.
+
+        Not `promoted` (recommendation pinned by a write to `mode`), the policy has not
+        passed the mode machine's bar, so none of the above rests on it: it decides only
+        where it is proven here (`policy_holds_here`), and elsewhere the incumbent runs,
+        the default included, without turns (`pinned`).  Pinned so, block-queue policies
+        without evidence at a level ran there at x0.71 to x0.98 the default (issue 53)."""
         if mode != "recommendation":
             return None
+        if not promoted:
+            return self.pinned(controlled, has_policy)
         if self._stale_level == self.safe.level:
             return None
         standing = self.standing()
@@ -280,6 +291,22 @@ class Incumbent:
         knobs = standing.incumbent.knobs
         if not all(name in knobs for name in controlled):
             return None
+        return {name: knobs[name] for name in controlled}
+
+    def pinned(self, controlled: list[str], has_policy: bool) -> dict[str, KnobValue]:
+        """Pinned recommendation's tick: None where the policy is proven here, else the
+        incumbent's setting of the `controlled` knobs, or `{}` (the default) where no
+        fixed setting beats it, where that setting does not name every controlled knob,
+        or where the incumbent's tick read off its level (a default tick reads the
+        workload's level again: pinned there are no others in `recommendation_probe` 0)."""
+        standing = self.standing()
+        if has_policy and standing.policy_holds_here:
+            return None
+        if standing.incumbent is None or self._stale_level == self.safe.level:
+            return {}
+        knobs = standing.incumbent.knobs
+        if not all(name in knobs for name in controlled):
+            return {}
         return {name: knobs[name] for name in controlled}
 
     def ran(self, source: str, objective: float) -> None:
@@ -309,15 +336,15 @@ class Incumbent:
         by_model = source == "policy" or (source == "recommendation" and mode != "learning")
         self.safe.measured(setting, baseline, ratio, tick, by_model)
 
-    def decide(self, tick: int, mode: str, controlled: list[str], has_policy: bool
-               ) -> dict[str, KnobValue] | None:
+    def decide(self, tick: int, mode: str, controlled: list[str], has_policy: bool,
+               promoted: bool = True) -> dict[str, KnobValue] | None:
         """The proxy's fixed setting for this ML tick, or None (the policy decides, or
         the default runs): in recommendation the incumbent while the policy is not
         proven against it (`choose`); in learning without a policy, the bandit's probe
         of an undecided arm (`next_arm`), on ML ticks that would otherwise run the
         default: the exploration share the mode grants and nothing else claims."""
         if mode == "recommendation":
-            return self.choose(mode, controlled, tick, has_policy)
+            return self.choose(mode, controlled, tick, has_policy, promoted)
         if mode != "learning" or has_policy:
             return None
         probe = self._probe

@@ -181,7 +181,8 @@ class KnobProxy(ModelProxy):
                 rec.applied = True
                 self._finish(rec, "applied", f"tick {tick}")
             return Decision(dict(rec.knobs), rec.expect, "recommendation", rec.id)
-        fixed = self.incumbent.decide(tick, self.mode, self.controlled, self.policy is not None)
+        fixed = self.incumbent.decide(tick, self.mode, self.controlled, self.policy is not None,
+                                      promoted=self.modes.switching == "auto")
         if fixed is not None:  # recommendation's unproven policy, or the bandit's probe
             # {}: the default is the incumbent here, and runs as a default tick
             return Decision(fixed, None, "incumbent", None) if fixed else None
