@@ -213,15 +213,39 @@ def test_a_pinned_mode_skips_the_safe_set_as_it_skips_the_efficiency_gate(tmp_pa
     assert len([t for t, x in applied if t >= 190 and x == 16]) >= 10
 
 
-def test_pinned_in_recommendation_a_policy_still_runs_only_measured_settings(tmp_path):
-    """A pin sets the mode; it does not pass the mode machine's bar, so what
-    recommendation rolls out stays measured.  Pinned there (as the real-device benches
-    pin it), the policy that learnt phase A ran x = 16 throughout phase B (x0.3 there);
-    with the safe set it reaches 16 in phase B only as a step, for one run of ML ticks
-    at most, and not again once that run judges it a loss."""
+def test_pinned_in_recommendation_an_unproven_policy_never_runs(tmp_path):
+    """A pin sets the mode; it does not pass the mode machine's bar.  Pinned there (as
+    the real-device benches pin it), the policy that learnt phase A ran x = 16 throughout
+    phase B (x0.3 there).  Now it decides only where its own pairs prove it: the
+    trainer's x = 16 in phase A (two episodes) prove nothing, so the default runs."""
     applied, modes = run_two_levels(tmp_path, pin=True, start="recommendation")
     assert modes == {"recommendation"}
-    assert 16 in {x for t, x in applied if 100 <= t < 150}, "measured in phase A: allowed there"
-    sixteen_in_b = [t for t, x in applied if t >= 150 and x == 16]
-    assert len(sixteen_in_b) <= 20, f"one run of ML ticks at most: {sixteen_in_b}"
-    assert not [t for t in sixteen_in_b if t >= sixteen_in_b[0] + 25], sixteen_in_b
+    assert {x for t, x in applied if t >= 150} == {4}, "phase B: the default throughout"
+    assert {x for t, x in applied if 140 <= t < 150} == {4}, "phase A once the trainer stops"
+
+
+def test_pinned_in_recommendation_a_proven_policy_runs_only_measured_settings(tmp_path):
+    """Where the policy is proven (its own pairs at x = 2, x1.05), pinned recommendation
+    still rolls out only the safe set: the default, x = 2 and one step from them, never
+    the x = 16 this policy wants and nothing measured."""
+    config = parse_config("[modes]\nsilence_seconds = 1e9\n", "test")
+    subsystem = TwoLevels(switch_at=10_000)
+    rt = Exchange(config, tmp_path, [subsystem]).runtimes["test.levels"]
+    try:
+        proxy = rt.create_model("m")
+        proxy.start()
+        proxy.set_mode(b"recommendation\n")
+        proxy.safe.default_tick(100.0)
+        for episode in range(12):
+            for k in range(3):
+                proxy.incumbent.measured({knob_column("x"): 2}, 100.0, 1.05 + 0.01 * (k - 1),
+                                         -1000 + 5 * episode + k, "policy", "recommendation")
+        assert proxy.incumbent.standing().policy_holds_here
+        proxy.set_policy(always_sixteen_policy())
+        for _ in range(60):
+            rt.tick()
+    finally:
+        rt.close()
+    applied = {x for _, x in subsystem.applied}
+    assert 16 not in applied and applied <= {1, 2, 4, 8}, applied
+    assert applied - {4}, f"the proven policy decides: {applied}"
