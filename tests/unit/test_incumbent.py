@@ -247,3 +247,25 @@ def test_pinned_in_recommendation_a_policy_decides_only_where_it_is_proven():
                for tick in range(20))
     # no policy: the incumbent (here the default)
     assert fresh().choose("recommendation", ["x"], 0, has_policy=False, promoted=False) == {}
+
+
+def test_pinned_a_proven_policy_that_reads_off_its_level_hands_over_to_a_default_tick():
+    """Pinned at `recommendation_probe` 0 the only default ticks are the ones the proxy
+    runs itself: a policy proven on one phase (here x1.2 at level 100) whose tick reads
+    far off level x estimate (the workload moved) gives way to a default tick, which
+    reads the new level; there, unproven, the default runs; back at its level it decides.
+    Promoted, the policy keeps deciding until the next default tick, as before."""
+    rng = random.Random(15)
+    good = fresh()
+    feed(good, {1: 1.2}, 30, rng, source="policy", mode="collaboration", noise=0.02)
+    assert good.choose("recommendation", ["x"], 0, promoted=False) is None
+    good.ran("policy", 125.0, promoted=False)  # within x1.25 of 100 x 1.2: same level
+    assert good.choose("recommendation", ["x"], 1, promoted=False) is None
+    good.ran("policy", 40.0, promoted=True)  # promoted: not read for the level
+    assert good.choose("recommendation", ["x"], 2, promoted=False) is None
+    good.ran("policy", 40.0, promoted=False)
+    assert good.choose("recommendation", ["x"], 3, promoted=False) == {}
+    good.safe.default_tick(40.0)  # the default tick reads the new level: nothing proven
+    assert good.choose("recommendation", ["x"], 4, promoted=False) == {}
+    good.safe.default_tick(LEVEL)
+    assert good.choose("recommendation", ["x"], 5, promoted=False) is None

@@ -178,9 +178,9 @@ class Incumbent:
         #: the incumbent's estimate for the feedback rows' `efficiency_vs_incumbent`,
         #: (pairs seen, level bucket, estimate), refreshed every REFRESH_PAIRS pairs
         self._row_mark: tuple[int, int, float] | None = None
-        #: the level at which the incumbent's own tick read off its level (`ran`): the
-        #: workload moved since that default tick, and the incumbent waits for the next
-        self._stale_level: float | None = None
+        #: the default tick (`SafeSet.level_reads`) whose level a tick read off (`ran`):
+        #: the workload moved since, and the level waits for the next default tick
+        self._stale_level: int | None = None
 
     @staticmethod
     def _bucket(level: float) -> int:
@@ -276,7 +276,7 @@ class Incumbent:
             return None
         if not promoted:
             return self.pinned(controlled, has_policy)
-        if self._stale_level == self.safe.level:
+        if self._stale_level == self.safe.level_reads:
             return None
         standing = self.standing()
         if standing.incumbent is None:
@@ -297,33 +297,48 @@ class Incumbent:
         """Pinned recommendation's tick: None where the policy is proven here, else the
         incumbent's setting of the `controlled` knobs, or `{}` (the default) where no
         fixed setting beats it, where that setting does not name every controlled knob,
-        or where the incumbent's tick read off its level (a default tick reads the
-        workload's level again: pinned there are no others in `recommendation_probe` 0)."""
+        or where the tick before read off this level, the incumbent's or the policy's
+        (`ran`): a default tick reads the workload's level again (pinned at
+        `recommendation_probe` 0 there are no others, and a policy proven on a
+        sequential scan ran its 512 KiB of read-ahead on into the mmap phase after it,
+        x0.37 there)."""
         standing = self.standing()
+        if self._stale_level == self.safe.level_reads or standing.incumbent is None and not (
+                has_policy and standing.policy_holds_here):
+            return {}
         if has_policy and standing.policy_holds_here:
             return None
-        if standing.incumbent is None or self._stale_level == self.safe.level:
-            return {}
         knobs = standing.incumbent.knobs
         if not all(name in knobs for name in controlled):
             return {}
         return {name: knobs[name] for name in controlled}
 
-    def ran(self, source: str, objective: float) -> None:
+    def ran(self, source: str, objective: float, promoted: bool = True) -> None:
         """An ML tick ran with `objective`: one of the incumbent's own that read outside
         `LEVEL_RATIO` of what it does at this level (level x estimate) says the workload
         changed since the latest default tick, the level it was chosen at.  Until the
         next default tick the policy decides (it reads the tick's features; the
         incumbent knows only the level).  Without this, recommendation's defaults come
         every ~20 ticks and the incumbent of the phase before ran that long into the
-        next: on the simulator 0.951 of the oracle against the policy's 0.975 (seed 1)."""
-        if source != "incumbent" or not (math.isfinite(objective) and objective > 0):
+        next: on the simulator 0.951 of the oracle against the policy's 0.975 (seed 1).
+
+        Not `promoted` (pinned), the policy's ticks are read the same way against its
+        own estimate here: it decides only at the level it is proven at (`pinned`), so
+        one that reads off it hands over to a default tick, which reads the level."""
+        if not (math.isfinite(objective) and objective > 0):
+            return
+        standing = self.standing()
+        if source == "incumbent":
+            estimate = standing.estimate
+        elif source == "policy" and not promoted and standing.policy.known:
+            estimate = standing.policy.estimate
+        else:
             return
         level = self.safe.level
-        expected = level * self.standing().estimate
+        expected = level * estimate
         if math.isfinite(expected) and expected > 0 and \
                 abs(math.log(objective / expected)) > math.log(LEVEL_RATIO):
-            self._stale_level = level
+            self._stale_level = self.safe.level_reads
 
     def measured(self, setting: Mapping[str, KnobValue], baseline: float, ratio: float,
                  tick: int, source: str, mode: str) -> None:

@@ -101,9 +101,12 @@ class SafeSet:
         self._mapped: tuple[list, dict, list[int]] | None = None
         #: the latest default tick's objective: the workload level decisions are made at
         self.level = math.nan
+        #: default ticks seen: a reading of the level, even one equal to the last
+        self.level_reads = 0
 
     def default_tick(self, objective: float) -> None:
         self.level = objective
+        self.level_reads += 1
 
     @property
     def pairs_seen(self) -> int:

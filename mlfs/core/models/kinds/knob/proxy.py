@@ -226,7 +226,8 @@ class KnobProxy(ModelProxy):
             self._write_feedback(self.window.add_default(tick, objective, settling))
             return
         self.ml_ticks += 1
-        self.incumbent.ran(decision.source, objective)
+        self.incumbent.ran(decision.source, objective,
+                           promoted=self.modes.switching == "auto")
         self.modes.ml_since_transition += 1
         if self.state == "started":
             self._set_state("running")
