@@ -302,12 +302,13 @@ class Incumbent:
         `recommendation_probe` 0 there are no others, and a policy proven on a
         sequential scan ran its 512 KiB of read-ahead on into the mmap phase after it,
         x0.37 there)."""
+        if self._stale_level == self.safe.level_reads:
+            return {}  # a default tick: the level again
         standing = self.standing()
-        if self._stale_level == self.safe.level_reads or standing.incumbent is None and not (
-                has_policy and standing.policy_holds_here):
-            return {}
         if has_policy and standing.policy_holds_here:
             return None
+        if standing.incumbent is None:
+            return {}
         knobs = standing.incumbent.knobs
         if not all(name in knobs for name in controlled):
             return {}
