@@ -180,7 +180,7 @@ class Incumbent:
         self._row_mark: tuple[int, int, float] | None = None
         #: the default tick (`SafeSet.level_reads`) whose level a tick read off (`ran`):
         #: the workload moved since, and the level waits for the next default tick
-        self._stale_level: int | None = None
+        self._stale_read: int | None = None
 
     @staticmethod
     def _bucket(level: float) -> int:
@@ -276,7 +276,7 @@ class Incumbent:
             return None
         if not promoted:
             return self.pinned(controlled, has_policy)
-        if self._stale_level == self.safe.level_reads:
+        if self._stale_read == self.safe.level_reads:
             return None
         standing = self.standing()
         if standing.incumbent is None:
@@ -302,7 +302,7 @@ class Incumbent:
         `recommendation_probe` 0 there are no others, and a policy proven on a
         sequential scan ran its 512 KiB of read-ahead on into the mmap phase after it,
         x0.37 there)."""
-        if self._stale_level == self.safe.level_reads:
+        if self._stale_read == self.safe.level_reads:
             return {}  # a default tick: the level again
         standing = self.standing()
         if has_policy and standing.policy_holds_here:
@@ -339,7 +339,7 @@ class Incumbent:
         expected = level * estimate
         if math.isfinite(expected) and expected > 0 and \
                 abs(math.log(objective / expected)) > math.log(LEVEL_RATIO):
-            self._stale_level = self.safe.level_reads
+            self._stale_read = self.safe.level_reads
 
     def measured(self, setting: Mapping[str, KnobValue], baseline: float, ratio: float,
                  tick: int, source: str, mode: str) -> None:
