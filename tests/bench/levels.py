@@ -27,8 +27,9 @@ from mlfs.core.models.incumbent import Incumbent, _episode_means
 from mlfs.core.models.safe_set import LEVEL_RATIO, SafeSet
 from mlfs.core.models.safe_set_file import MAX_BYTES, decode
 
-#: a level cluster shown needs at least this many pairs
-MIN_PAIRS = 10
+#: a level cluster shown needs at least this many pairs (one: a level with a single pair
+#: is itself the finding, after 180 s of read-ahead training)
+MIN_PAIRS = 1
 
 
 def load(path: Path) -> SafeSet:
