@@ -32,7 +32,7 @@ from tests.bench import scoring
 
 #: (folder in bench-results/, experiment, how its runs are stored, command)
 EXPERIMENTS = (
-    ("incumbent-readahead", "read-ahead, files reopened", "readahead",
+    ("incumbent-readahead-train600", "read-ahead, files reopened", "readahead",
      "tests.bench.readahead_win"),
     ("incumbent-readahead-fio", "read-ahead, files kept open", "fio",
      "tests.bench.readahead_fio_win"),

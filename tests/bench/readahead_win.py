@@ -90,6 +90,7 @@ import logging
 import mmap
 import os
 import random
+import shutil
 import signal
 import statistics
 import subprocess
@@ -103,6 +104,7 @@ from pathlib import Path
 
 from mlfs.backends.blktrace import tracer_unavailable
 
+from mlfs.core.models.safe_set_file import SAFE_SET_FILE
 from tests.bench.provenance import measured_commit
 from tests.bench.readahead_experiment import MIB, drop_cache, make_file, scratch_filesystem
 from tests.bench.win_harness import (
@@ -454,6 +456,12 @@ def run_mlfs(args: argparse.Namespace, work: WorkloadProcess, device: str, root:
             if done.returncode != 0:
                 print(f"mlfs umount: {done.stdout}{done.stderr}", file=sys.stderr)
             mount.kill()
+        if args.keep_pairs:  # the model's pairs, saved when the mount closed (levels.py)
+            saved = sorted((root / "mlfs-state").rglob(SAFE_SET_FILE))
+            if saved:
+                shutil.copyfile(saved[0], args.keep_pairs)
+            else:
+                print(f"mlfs: no {SAFE_SET_FILE} was saved", file=sys.stderr)
     return runs, info
 
 
@@ -598,6 +606,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="the default read_ahead_kb (the kernel's stock 128 KiB; a loop "
                              "device may start with more); -1: keep the device's own")
     parser.add_argument("--seed", type=int, default=0, help="the trainer's seed")
+    parser.add_argument("--keep-pairs", type=Path, default=None,
+                        help="copy the model's measured pairs (measured.json) here after "
+                        "the run: `python -m tests.bench.levels` shows every level's standing")
     parser.add_argument("--json", help="write all results to this file")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
