@@ -32,8 +32,8 @@ from tests.bench import scoring
 
 #: (folder in bench-results/, experiment, how its runs are stored, command)
 EXPERIMENTS = (
-    ("incumbent-readahead-train600", "read-ahead, files reopened", "readahead",
-     "tests.bench.readahead_win"),
+    ("incumbent-readahead-share05", "read-ahead, files reopened", "readahead",
+     "tests.bench.readahead_win --train-seconds 180 --learning-share 0.5"),
     ("incumbent-readahead-fio", "read-ahead, files kept open", "fio",
      "tests.bench.readahead_fio_win"),
     ("incumbent-dirty", "dirty ratios: checkpoints, temporary files", "fio",
