@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mlfs.core.models.incumbent import Incumbent, _episode_means
+from mlfs.core.models.incumbent import Incumbent
 from mlfs.core.models.safe_set import LEVEL_RATIO, SafeSet
 from mlfs.core.models.safe_set_file import MAX_BYTES, decode
 
@@ -76,19 +76,16 @@ def report(safe: SafeSet) -> list[str]:
         safe.default_tick(level)
         incumbent = Incumbent(safe)
         standing = incumbent.standing()
-        slots, ticks, ratios, by_model = safe.at_level()
+        slots, _, _, by_model = safe.at_level()
         policy = standing.policy
-        episodes = len(_episode_means(np.zeros(int(by_model.sum()), dtype=np.int64),
-                                      ticks[by_model], ratios[by_model])[1]) \
-            if by_model.any() else 0
         inc = "default" if standing.incumbent is None else " ".join(
             f"{k}={v}" for k, v in standing.incumbent.knobs.items()) + \
             f" {standing.incumbent.interval.text} ({standing.incumbent.interval.episodes} ep)"
         lines.append(
             f"level {level:10.1f}: {len(slots):4d} pairs ({int(by_model.sum())} the model's, "
-            f"{episodes} episodes); incumbent {inc}; policy {policy.text}"
+            f"{policy.episodes} episodes); incumbent {inc}; policy {policy.text}"
             f" mean {policy.estimate:.3f}; holds here: {standing.policy_holds_here}")
-        arms, _ = incumbent._arms()
+        arms, _ = incumbent.arms()
         for arm in sorted(arms, key=lambda a: -a.interval.episodes)[:6]:
             setting = " ".join(f"{k}={v}" for k, v in arm.knobs.items())
             lines.append(f"      arm {setting:28s} {arm.interval.text} "

@@ -186,8 +186,9 @@ class Incumbent:
     def _bucket(level: float) -> int:
         return round(math.log(level) / math.log(LEVEL_RATIO))
 
-    def _arms(self) -> tuple[list[Arm], Interval]:
-        """Every setting's arm at the current level, and the policy's interval there."""
+    def arms(self) -> tuple[list[Arm], Interval]:
+        """Every setting's arm at the current level, and the policy's interval there
+        (`tests/bench/levels.py` shows them level by level)."""
         slots, ticks, ratios, by_model = self.safe.at_level()
         unknown = interval(math.nan, math.nan, 0)
         if not len(slots):
@@ -213,7 +214,7 @@ class Incumbent:
         cached = self._cache
         if cached is not None and cached[0] == key:
             return cached[1], cached[2]
-        arms, policy = self._arms()
+        arms, policy = self.arms()
         known = [a for a in arms if a.interval.known]
         best_lower = max([1.0] + [a.interval.lower for a in known])
         survivors = [a for a in arms if not a.interval.known or a.interval.upper >= best_lower]
