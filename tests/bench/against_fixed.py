@@ -41,7 +41,7 @@ EXPERIMENTS = (
     ("incumbent-dirty-bursts", "dirty ratios: bursts shorter than the carry-over", "fio",
      "tests.bench.dirty_win --phases stream-burst,wal-commit"),
     ("incumbent-writeback", "writeback: streams, commits, reads", "fio",
-     "tests.bench.writeback_win"),
+     "tests.bench.writeback_win --learning-share 0.5"),
     ("incumbent-queue", "block queue: mixed, sequential, commits", "fio",
      "tests.bench.queue_win"),
     ("incumbent-queue-oltp", "block queue: fast-alternating OLTP and backup", "fio",
