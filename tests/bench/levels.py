@@ -23,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from mlfs.base.durable import read_bounded
+from mlfs.base.errors import Refused
 from mlfs.core.models.incumbent import Incumbent
 from mlfs.core.models.safe_set import LEVEL_RATIO, SafeSet
 from mlfs.core.models.safe_set_file import MAX_BYTES, decode
@@ -33,7 +35,7 @@ MIN_PAIRS = 1
 
 
 def load(path: Path) -> SafeSet:
-    data = path.read_bytes()[:MAX_BYTES]
+    data = read_bounded(path, MAX_BYTES)  # TooLarge beyond it, not a cut-off JSON
     saved = json.loads(data)
     columns = {column for setting in saved["settings"] for column, _ in setting}
     return decode(data, columns)
@@ -101,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         safe = load(args.pairs)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, Refused) as exc:  # unreadable, not JSON, or a bad field
         print(f"levels: {args.pairs}: {exc}", file=sys.stderr)
         return 2
     if args.tail is not None:
