@@ -51,14 +51,8 @@ from mlfs.core.models.predictor import Tally, beats
 from tests.bench.failing_predict import TEST_SEEDS_FROM, TRAIN_SEEDS_FROM
 from tests.failing_disk import FailingLoop
 
+#: one subsystem over every disk; the store's defaults (the trainer seals what it reads)
 CONFIG = """
-[mount]
-allow_other = true
-
-[store]
-seal_rows = 4096
-seal_seconds = 1.0
-
 [[subsystem]]
 backend = "linux.health"
 devices = {devices}

@@ -57,7 +57,7 @@ NO_OUTPUT = "**no committed output**"
 #: loose outputs of one experiment share a prefix (readahead-win-seed1.json and
 #: readahead-win-4a9757a.log are both readahead-win's); a run's folder is its own
 EXPERIMENTS = ("attacks", "bio-capture", "demo-predict", "dirty-sweep", "efficiency",
-               "exchange-full", "failing-predict", "fleet-coldstart", "fleet-cost",
+               "exchange-full", "failing-modes", "failing-predict", "fleet-coldstart", "fleet-cost",
                "fleet-demo", "fleet-quality", "fleet-scale", "kmsg-dedup", "kmsg-rates",
                "loading", "parked-readers", "predict-fleet-cold-start", "predict-sim-disks",
                "queue-sweep", "readahead-win", "records-ingest", "writeback-sweep")
@@ -603,6 +603,36 @@ def failing_predict(out: Outputs) -> Row:
                command=command)
 
 
+def failing_modes(out: Outputs) -> Row:
+    """The failing disks through a mount: where the mode machine took the model, and
+    whether any switch to recommendation named a standing that does not beat the rule."""
+    experiment = "the failing disk through a mount ([predictors.md](../predictors.md))"
+    command = "`python -m tests.bench.failing_modes --runs 3` (as root)"
+    measured = ("linux.health over the project's failing disks, `mlfs train`, the mode "
+                "machine deciding")
+    runs = [out.json(m) for m in out.glob("failing-modes/run*.json")]
+    if not runs:
+        return missing(experiment, measured, "", command)
+    ran = runs[0]["args"]
+    reached = sum(1 for r in runs if any(s["to"] == "recommendation" for s in r["switches"]))
+    unearned = sum(r["unearned_recommendations"] for r in runs)
+    verdicts: dict[str, list[int]] = {}
+    for n, r in enumerate(runs, 1):
+        verdicts.setdefault(r["verdict"], []).append(n)
+    said = "; ".join(f"run{'s' if len(ns) > 1 else ''} {', '.join(map(str, ns))}: {v}"
+                     for v, ns in verdicts.items())
+    efficiency = sorted(float(r["final"]["efficiency"]) for r in runs
+                        if r["final"].get("efficiency") not in (None, "", "nan"))
+    against_default = (f" (its efficiency against the default {efficiency[0]:.2f}–"
+                       f"{efficiency[-1]:.2f} at the end)" if efficiency else "")
+    result = (f"recommendation reached in {reached} of {len(runs)} runs, "
+              f"{'never' if not unearned else f'**{unearned} time(s)**'} without the model "
+              f"beating the rule{against_default}; {said}")
+    return Row(experiment, measured, result,
+               runs=f"{len(runs)} runs ({ran['train_disks']} training and "
+                    f"{ran['test_disks']} test disks each)", command=command)
+
+
 def kmsg_dedup(out: Outputs) -> Row:
     rel = "kmsg-dedup.json"
     command = "`python -m tests.bench.kmsg_dedup`"
@@ -760,7 +790,7 @@ def rows(out: Outputs) -> list[Row]:
     return [learning(out), readahead(out), *newest_readahead, *dirty(out), writeback(out),
             queue(out), *families(out),
             fleet_coldstart(out), fleet_demo(out), predict(out), failing_predict(out),
-            kmsg_titles(out), kmsg_dedup(out),
+            failing_modes(out), kmsg_titles(out), kmsg_dedup(out),
             bio_capture(out), kmsg_rates(out), records_ingest(out), exchange(out)]
 
 
@@ -772,6 +802,7 @@ HEADLINES = (
     ("fleet cold start", "fleet-coldstart.md"),
     ("drive failure prediction", "predict-sim-disks.md"),
     ("failure prediction on a real failing disk", "../predictors.md"),
+    ("the failing disk through a mount", "../predictors.md"),
     ("crash titles", "../kernel-log.md"),
 )
 
