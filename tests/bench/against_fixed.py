@@ -16,7 +16,8 @@ best static setting.  Per experiment, over its runs (median [min–max]):
   from the sweep's measuring rounds: what a per-phase choice could gain;
 - ``gap captured``: (× best fixed - 1) / (oracle ÷ best fixed - 1), only where that gap
   is >= 1.10 (below, the best fixed setting leaves nothing worth learning); the target
-  is >= 50 % in at least two experiments.
+  is >= 50 % in at least two experiments.  A run whose sweep had one round has no
+  held-out oracle: its gap is not shown, and the row says so.
 
 An experiment without runs in bench-results/ has a row that says it was not run: the
 table lists what the project claims to tune, measured or not.
@@ -37,7 +38,7 @@ EXPERIMENTS = (
     ("incumbent-readahead-fio", "read-ahead, files kept open", "fio",
      "tests.bench.readahead_fio_win"),
     ("incumbent-dirty", "dirty ratios: checkpoints, temporary files", "fio",
-     "tests.bench.dirty_win --learning-share 0.5"),
+     "tests.bench.dirty_win --learning-share 0.5 --sweep-rounds 1"),
     ("incumbent-dirty-bursts", "dirty ratios: bursts shorter than the carry-over", "fio",
      "tests.bench.dirty_win --phases stream-burst,wal-commit --learning-share 0.5"),
     ("incumbent-writeback", "writeback: streams, commits, reads", "fio",
@@ -58,11 +59,15 @@ CAPTURE_TARGET = 0.50
 class RunScore:
     vs_default: float
     vs_best: float
-    gap: float  # held-out oracle over held-out best static
+    #: held-out oracle over held-out best static; None for a run whose sweep had one
+    #: round (its oracle was chosen and measured on the same visits: not shown)
+    gap: float | None
 
     @property
     def captured(self) -> float | None:
-        return (self.vs_best - 1.0) / (self.gap - 1.0) if self.gap >= GAP_WORTH else None
+        if self.gap is None or self.gap < GAP_WORTH:
+            return None
+        return (self.vs_best - 1.0) / (self.gap - 1.0)
 
 
 def fio_score(run: dict) -> RunScore:
@@ -70,7 +75,9 @@ def fio_score(run: dict) -> RunScore:
     phases = run["phases"]
     mlfs = scoring.overall({p: run["ratio"]["mlfs"][p] for p in phases})
     best = scoring.overall({p: run["ratio"]["best static"][p] for p in phases})
-    held = run["sweep"]["held_out"]
+    held = run["sweep"].get("held_out")
+    if held is None:  # `--sweep-rounds 1`: the best static is still held out (measured
+        return RunScore(mlfs, mlfs / best, None)  # in the evaluation), the oracle is not
     return RunScore(mlfs, mlfs / best, held["oracle_held_out"] / held["best_static_held_out"])
 
 
@@ -106,6 +113,8 @@ def row(experiment: str, command: str, scores: Sequence[RunScore], commits: Sequ
     vs_best = [s.vs_best for s in scores]
     vs_default = [s.vs_default for s in scores]
     captured = [c for c in (s.captured for s in scores) if c is not None]
+    gaps = [s.gap for s in scores if s.gap is not None]
+    unheld = len(scores) - len(gaps)
     met = (statistics.median(vs_best) >= VS_BEST_TARGET
            and statistics.median(vs_default) >= VS_DEFAULT_TARGET)
     runs = f"{len(scores)} run{'s' if len(scores) != 1 else ''}"
@@ -115,9 +124,18 @@ def row(experiment: str, command: str, scores: Sequence[RunScore], commits: Sequ
     return [experiment,
             _spread(vs_default),
             _spread(vs_best) + (" ✓" if met else " ✗"),
-            _spread([s.gap for s in scores]),
-            _spread(captured, "{:.0%}") if captured else "no gap ≥ ×1.10",
+            _gap_text(gaps, unheld),
+            _spread(captured, "{:.0%}") if captured else (
+                "no gap ≥ ×1.10" if gaps else "–"),
             f"{runs} at {at}; `python -m {command}`"]
+
+
+def _gap_text(gaps: Sequence[float], unheld: int) -> str:
+    """The held-out gaps, and how many runs had none (one sweep round)."""
+    if not unheld:
+        return _spread(gaps)
+    said = f"{unheld} run{'s' if unheld != 1 else ''} with one sweep round: not held out"
+    return f"{_spread(gaps)} ({said})" if gaps else said
 
 
 HEADER = ["experiment", "× default", "× best fixed (held out)", "oracle ÷ best fixed",

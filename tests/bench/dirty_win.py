@@ -14,7 +14,7 @@ The model sees one feature, the size of the applications' write(2) calls
 (fio_win.MODEL_FEATURES says why); the defaults are the options of the
 README's runs (fio_win.RUN_DEFAULTS: 30 s visits).
 
-    .venv/bin/python -m tests.bench.dirty_win --quick       # one run, ~40 minutes
+    .venv/bin/python -m tests.bench.dirty_win --quick       # one run, ~50 minutes
     .venv/bin/python -m tests.bench.dirty_win --runs 3 --json-dir bench-results/dirty-win-13
 """
 

@@ -70,6 +70,27 @@ def test_a_predictor_is_scored_beside_the_rule_and_its_alerts_follow_its_mode(di
     assert any(row["outcome"] == 1 for row in rows)  # failures were judged
 
 
+def test_pinned_in_recommendation_the_rules_alerts_stand_until_the_model_beats_it(disks):
+    """A pin passes no bar: the incumbent rule's alerts are raised beside the model's until
+    the model beats the rule on outcomes since the pin, as a pinned knob policy runs its
+    incumbent wherever it is unproven (docs/ABI.md, "Predictors")."""
+    sub = disks.mountpoint / "sim.disks"
+    model = sub / "models" / "pin"
+    assert sh(f"mkdir {model} && echo start > {model}/control && "
+              f"echo recommendation > {model}/mode").returncode == 0
+    assert (model / "mode_switching").read_text() == "pinned\n"
+    assert sh(f"echo drive_id=5 target=failure p=0.9 > {model}/recommend").returncode == 0
+
+    def raised(source: str) -> list[str]:
+        return [line for line in (model / "alerts").read_text().splitlines()
+                if f"source={source}" in line and line.endswith("mode=recommendation")]
+
+    wait_for(lambda: raised("rule"), timeout=60,
+             what="the rule's alert standing in pinned recommendation")
+    assert any("drive_id=5 " in line for line in raised("model")), "the model's own alert"
+    assert "model_beats_rule no" in (model / "incumbent").read_text()
+
+
 def test_predictions_are_lines_checked_whole(disks):
     sub = disks.mountpoint / "sim.disks"
     model = sub / "models" / "w"

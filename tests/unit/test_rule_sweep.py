@@ -84,6 +84,18 @@ def test_one_more_catch_on_a_handful_of_events_is_not_enough():
     assert clearly_better(Tally(6, 3, 0, 1000, [4, 4, 4]), Tally(6, 3, 0, 1000, [2, 2, 3]))
 
 
+def test_as_many_catches_as_early_with_half_the_false_alarms_is_clearly_better():
+    # the failing disks' run 2 (docs/predictors.md): the first error against a threshold
+    first_error = Tally(17, 17, 1738, 3891, [16] * 17)
+    assert clearly_better(Tally(17, 17, 260, 3891, [20] * 17), first_error)
+    assert not clearly_better(Tally(17, 17, 260, 3891, [15] * 17), first_error)  # later
+    assert not clearly_better(Tally(17, 16, 260, 3891, [20] * 16), first_error)  # one fewer
+    assert not clearly_better(Tally(17, 17, 900, 3891, [16] * 17), first_error)  # > half
+    # a few false alarms halved are a few rows, not a margin
+    assert not clearly_better(Tally(6, 6, 2, 1000, [3] * 6), Tally(6, 6, 6, 1000, [3] * 6))
+    assert clearly_better(Tally(6, 6, 2, 1000, [3] * 6), Tally(6, 6, 7, 1000, [3] * 6))
+
+
 def test_the_ring_of_labelled_rows_is_bounded():
     sweep, _ = sweep_over(["noise", "wear"], max_positive_rows=300, max_negative_rows=2000)
     assert sweep.positives.rows == 300 and sweep.negatives.rows == 2000

@@ -15,7 +15,8 @@ measurement: every mode scores both sides, and what is *raised* (an `alert` even
 metric, a line in the model's `alerts` file) is
 - emergency: the declared rule's alerts alone; learning: the incumbent rule's (the
   model is shadowed); collaboration: the model's and the incumbent rule's;
-  recommendation: the model's, replacing the rule's.
+  recommendation: the model's, replacing the rule's (pinned there by hand, beside the
+  rule's until the model beats the rule on outcomes: `_replaces_rule`).
 The incumbent rule is the declared one until a single-column threshold rule swept over
 the labelled outcomes is proven clearly better (`mlfs.core.models.rule_incumbent`).
 An entity's alert is raised once per horizon (the same drive is not re-announced every
@@ -226,6 +227,8 @@ class PredictorProxy(ModelProxy):
         mode = self.mode
         sources = {"emergency": ("rule",), "learning": ("rule",),
                    "collaboration": ("model", "rule"), "recommendation": ("model",)}[mode]
+        if mode == "recommendation" and not self._replaces_rule():
+            sources = ("model", "rule")
         for source in sources:
             flags = model if source == "model" else rule
             for i in np.flatnonzero(flags).tolist():
@@ -246,6 +249,13 @@ class PredictorProxy(ModelProxy):
                     argument = (table.column(target.argument)[i].as_py() if target.argument
                                 else key)
                     self._act(name, str(argument))
+
+    def _replaces_rule(self) -> bool:
+        """Whether the model's alerts replace the rule's: under automatic switching the
+        mode machine's bar was the proof (`RuleStanding`); pinned by a write to `mode`,
+        the model passed no bar, so the rule's alerts stand beside its own until it beats
+        the rule since the pin, as a pinned knob policy decides only where it is proven."""
+        return self.pinned != "recommendation" or self.incumbent.standing().policy_proven
 
     def _act(self, target: str, argument: str) -> None:
         """The configured action command for an alert of the model's own (root's, bounded)."""
