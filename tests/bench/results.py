@@ -610,9 +610,12 @@ def failing_modes(out: Outputs) -> Row:
     command = "`python -m tests.bench.failing_modes --runs 3` (as root)"
     measured = ("linux.health over the project's failing disks, `mlfs train`, the mode "
                 "machine deciding")
-    runs = [out.json(m) for m in out.glob("failing-modes/run*.json")]
-    if not runs:
+    folders = sorted({Path(p).parent.name for p in out.glob("failing-modes*/run*.json")},
+                     key=lambda name: int(name.rsplit("-", 1)[1]) if name[-1].isdigit() else 1)
+    if not folders:
         return missing(experiment, measured, "", command)
+    newest = folders[-1]  # failing-modes, then failing-modes-2, ...: each a run of --runs
+    runs = [out.json(m) for m in out.glob(f"{newest}/run*.json")]
     ran = runs[0]["args"]
     reached = sum(1 for r in runs if any(s["to"] == "recommendation" for s in r["switches"]))
     unearned = sum(r["unearned_recommendations"] for r in runs)
@@ -630,7 +633,7 @@ def failing_modes(out: Outputs) -> Row:
               f"beating the rule{against_default}; {said}")
     return Row(experiment, measured, result,
                runs=f"{len(runs)} runs ({ran['train_disks']} training and "
-                    f"{ran['test_disks']} test disks each)", command=command)
+                    f"{ran['test_disks']} test disks each; {newest})", command=command)
 
 
 def kmsg_dedup(out: Outputs) -> Row:
