@@ -17,9 +17,9 @@ comparison `RuleStanding.policy_proven` makes between the model and the rule).
   when an event was judged since, every ten times as many otherwise.
 - The declared rule stays the incumbent and wins ties.  A challenger replaces it only
   when `clearly_better`: over at least `MIN_EVENTS` events, no more false alarms and
-  `MARGIN_CATCHES` more events caught, or as many with a median lead `LEAD_MARGIN`
-  times longer and a tick more, or as many with no shorter a lead and at most
-  `FALSE_ALARM_SHARE` of the false alarms.  The winner is the best of hundreds of
+  `MARGIN_CATCHES` more events caught, or at least as many with a median lead
+  `LEAD_MARGIN` times longer and a tick more, or at least as many with no shorter a
+  lead and at most `FALSE_ALARM_SHARE` of the false alarms.  The winner is the best of hundreds of
   candidates scored on the same few outcomes, so one extra catch is what picking a
   threshold on the rows it is judged on finds by chance; two (or a quarter more lead)
   is not.  On the project's failing disks "alert after the first error" kept office
@@ -60,7 +60,7 @@ RESCORE_TICKS = 20
 MIN_EVENTS = 5
 MARGIN_CATCHES = 2
 LEAD_MARGIN = 1.25
-#: ... or as many caught, as long a lead, and at most this share of the false alarms
+#: ... or at least as many caught, as long a lead, and at most this share of the false alarms
 #: (and `MARGIN_FALSE_ALARMS` fewer): a false alarm is a negative row, and thousands of
 #: them are not the handful of events one lucky threshold can win by chance
 FALSE_ALARM_SHARE = 0.5
