@@ -407,7 +407,7 @@ def one_run(args: argparse.Namespace, n: int, log: logging.Logger) -> dict:
                  "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                  "commit": measured_commit(),
                  "args": {k: v for k, v in vars(args).items() if k != "json_dir"}}
-    cap = DEVICE_CAP_MB_PER_S.get(args.candidate, 0)
+    cap = args.cap_mb_per_s
     out["device_cap_mb_per_s"] = cap
     out["settled_start"] = args.candidate in SETTLED_START
     with scratch_filesystem(args.image_mib, cap) as (device, mnt):
@@ -780,6 +780,10 @@ def parse_args(candidate: str, argv: list[str] | None = None) -> argparse.Namesp
                         help="PHASE[,PHASE...] instead of the candidate's (e.g. the "
                         "dirty runs before tempfiles.fio: checkpoint,scratch)")
     parser.add_argument("--image-mib", type=int, default=12288)
+    parser.add_argument("--cap-mb-per-s", type=int,
+                        default=DEVICE_CAP_MB_PER_S.get(candidate, 0),
+                        help="cap the loop device's reads and writes at this rate (the "
+                        "candidate's DEVICE_CAP_MB_PER_S; 0: no cap)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json-dir", help="write run<N>.json (and summary.txt) here")
     parser.add_argument("-v", "--verbose", action="store_true")
