@@ -41,7 +41,7 @@ EXPERIMENTS = (
      "tests.bench.dirty_win --learning-share 0.5 --sweep-rounds 1"),
     ("incumbent-dirty-bursts", "dirty ratios: bursts shorter than the carry-over", "fio",
      "tests.bench.dirty_win --phases stream-burst,wal-commit --learning-share 0.5"),
-    ("incumbent-writeback", "writeback: streams, commits, reads", "fio",
+    ("incumbent-writeback-capped", "writeback: streams, commits, reads", "fio",
      "tests.bench.writeback_win --learning-share 0.5"),
     ("incumbent-queue", "block queue: mixed, sequential, commits", "fio",
      "tests.bench.queue_win"),
