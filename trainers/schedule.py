@@ -26,6 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 from mlfs.trainers.knob.learner import KnobLearner, candidate_values
 
+from mlfs.abi import episode_ticks
+
 LEARNING_TTL = 10  # ticks: one ML tick at the default 10 % learning share
 #: a trainer uploads its policy again after this long without input: the proxy calls a
 #: trainer silent after `[modes] silence_seconds` (60 by default) and pins emergency
@@ -63,7 +65,8 @@ class Steer:
 
 class TrainerSchedule:
     """`learning_ttl`: ticks one exploration lasts (fewer: more settings tried per
-    minute, each measured on fewer ticks; a real device with slow ticks wants fewer)."""
+    minute, each measured on fewer ticks; a real device with slow ticks wants fewer),
+    never fewer than one of the proxy's episodes of the controlled knobs' carry-over."""
 
     def __init__(self, learner: KnobLearner, seed: int = 0,
                  learning_ttl: int = LEARNING_TTL) -> None:
@@ -71,7 +74,14 @@ class TrainerSchedule:
             raise ValueError("learning_ttl must be >= 1 tick")
         self.learner = learner
         self.rng = np.random.default_rng(seed)
-        self.learning_ttl = learning_ttl
+        settle = max(learner.space.settle.values(), default=0)
+        #: at least one of the proxy's ML episodes (`episode_ticks`): a shorter
+        #: exploration of a carry-over knob ends before its setting settled and leaves
+        #: the fit nothing.  Writeback's 5-tick explorations of the dirty ratios
+        #: (settle 5) held each setting 1 to 6 ticks: of 35 explorations per run one
+        #: row settled, and in no run did a booster split on a knob, so no policy in
+        #: 240 s of training (bench-results/incumbent-writeback-capped)
+        self.learning_ttl = max(learning_ttl, episode_ticks(settle))
         #: rows per setting and state that exploration's coverage asks for: half the
         #: rows one exploration leaves the fit, its ticks less the longest carry-over
         #: (`KnobSpace.settle`: the ticks before a setting settled are left out of the
@@ -83,8 +93,7 @@ class TrainerSchedule:
         #: so 2 % stayed uncovered, 1 % (its neighbour, the phase's best by every sweep)
         #: was never next to a measured setting, and never tried (bench-results/
         #: incumbent-dirty).  Knobs without carry-over: half the ticks, as before.
-        settle = max(learner.space.settle.values(), default=0)
-        self.cover = max(1, (learning_ttl - settle) // 2)
+        self.cover = max(1, (self.learning_ttl - settle) // 2)
 
     def exploration_rate(self) -> float:
         """Share of learning-mode ML ticks spent exploring once a policy runs."""

@@ -60,6 +60,7 @@ from .knobs import (
     Settling,
     candidate_values,
     distance_from_default,
+    episode_ticks,
 )
 from .settings import (
     ACTION_SETTINGS,
@@ -124,7 +125,7 @@ __all__ = [
     "open_dir", "open_regular", "read_bounded", "set_aside", "write_durably",
     # knobs
     "MAX_SETTLE", "MAX_VALUES_PER_KNOB", "Knob", "KnobValue", "KnobValueError", "Settling",
-    "candidate_values", "distance_from_default",
+    "candidate_values", "distance_from_default", "episode_ticks",
     # settings
     "ACTION_SETTINGS", "CORE_SETTINGS", "MAX_TICK_SECONDS", "MIN_TICK_SECONDS", "NO_DEFAULT",
     "OBJECTIVE_SETTINGS", "Check", "Schema", "SettingError", "application_objective",

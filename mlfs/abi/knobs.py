@@ -103,6 +103,14 @@ class Knob:
                    settle_ticks=settle)
 
 
+def episode_ticks(settle: int) -> int:
+    """Ticks one ML or default episode lasts for a carry-over of `settle` ticks (1:
+    none): the first `settle` settle, the rest are measured.  The proxy interleaves in
+    episodes this long (mlfs/core/models/episodes.py), and a trainer's exploration lasts
+    at least one (trainers/schedule.py): a shorter one leaves no settled row."""
+    return max(1, 2 * settle)
+
+
 class Settling:
     """Tells settling ticks: a carry-over knob changed within its `settle_ticks`.
 

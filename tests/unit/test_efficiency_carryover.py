@@ -23,12 +23,13 @@ from mlfs.abi import (
     SettingError,
     Settling,
     Subsystem,
+    episode_ticks,
     knob_column,
     subsystem_problems,
 )
 from mlfs.config import parse_config
 from mlfs.core.models.efficiency import EfficiencyWindow, replay
-from mlfs.core.models.episodes import Hold, Interleaving, Sandwich, episode_ticks, pair_span
+from mlfs.core.models.episodes import Hold, Interleaving, Sandwich, pair_span
 from mlfs.core.models.proxy import ModelProxy
 from mlfs.core.mount.exchange import Exchange
 from mlfs.core.mount.runtime import SubsystemRuntime

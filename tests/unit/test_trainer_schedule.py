@@ -7,7 +7,7 @@ import pytest
 from mlfs.trainers.knob.learner import KnobLearner
 from mlfs.trainers.schedule import TrainerSchedule
 
-from mlfs.abi.knobs import Settling
+from mlfs.abi import Settling, episode_ticks
 from tests.harness import INFO, make_dataset, phase_features
 
 
@@ -81,3 +81,20 @@ def test_one_exploration_covers_its_setting_even_with_one_tick_lost_to_the_defau
     cut = settled_rows(settle_ticks, [512] * 9)  # its last tick ran the default
     assert cut >= schedule.cover, (cut, whole, schedule.cover)
     assert schedule.cover >= max(1, whole // 2), "coverage still asks for half of them"
+
+
+@pytest.mark.parametrize("learning_ttl", [1, 5, 10])
+def test_an_exploration_of_a_carry_over_knob_lasts_until_its_setting_settles(learning_ttl):
+    """Asked for explorations shorter than the proxy's episodes (`episode_ticks`), the
+    schedule still holds each one that long: the writeback bench's 5-tick explorations
+    of knobs settling 5 ticks left one settled row in 35 explorations, and no policy."""
+    info = {**INFO, "knobs": {"read_ahead_kb": {**INFO["knobs"]["read_ahead_kb"],
+                                                "settle_ticks": 5}}}
+    schedule = TrainerSchedule(KnobLearner(info), seed=0, learning_ttl=learning_ttl)
+    steer = schedule.decide("learning", policy_live=False)
+    assert steer is not None and steer.exploring
+    value = steer.knobs["read_ahead_kb"]
+    assert value != 128, "an exploration never runs the default"
+    rows = settled_rows(5, [value] * steer.ttl)
+    assert steer.ttl >= episode_ticks(5) and rows >= 5, (steer.ttl, rows)
+    assert rows >= schedule.cover

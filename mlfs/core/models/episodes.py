@@ -76,10 +76,7 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping
 
-
-def episode_ticks(settle: int) -> int:
-    """Ticks per ML or default episode for a carry-over of `settle` ticks (1: none)."""
-    return max(1, 2 * settle)
+from mlfs.abi import episode_ticks
 
 
 def pair_span(settle: int) -> int | None:

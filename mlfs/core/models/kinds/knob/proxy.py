@@ -17,13 +17,13 @@ import zlib
 
 import pyarrow as pa
 
-from mlfs.abi import KnobValue, Settling, Subsystem, knob_column
+from mlfs.abi import KnobValue, Settling, Subsystem, episode_ticks, knob_column
 from mlfs.base.errors import Refused, busy, invalid
 from mlfs.base.text import decode_text, parse_recommendations
 
 from ...decision import Decision, Recommendation
 from ...efficiency import EfficiencyWindow
-from ...episodes import Hold, Interleaving, episode_ticks, pair_span
+from ...episodes import Hold, Interleaving, pair_span
 from ...incumbent import Incumbent
 from ...model_files import feedback_schema
 from ...policy import Policy, PolicyRemoved
