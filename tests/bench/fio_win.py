@@ -159,7 +159,8 @@ WIN_RANGES: dict[str, dict[str, tuple[int, int]]] = {
 #: cache (472-1,488 MiB/s, six visits), the virtual disk under the loop image's
 #: wandering speed, and every run measured that; capped at 300 MB/s, x1.07 (262-281)
 #: (`python -m tests.bench.stream_spread --visits 6 [--cap-mb-per-s 300]`, one after the
-#: other, 2026-12-07), below the slowest visit the virtual disk gave (397-472 MiB/s)
+#: other, 2026-12-07; bench-results/stream-spread-capped), below the slowest visit the
+#: virtual disk gave (397-472 MiB/s)
 DEVICE_CAP_MB_PER_S = {"dirty": 1000, "writeback": 300}
 
 #: the most a measured buffered writer may run ahead of its flushes, per candidate:
