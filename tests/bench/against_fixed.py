@@ -40,9 +40,11 @@ EXPERIMENTS = (
     ("incumbent-dirty", "dirty ratios: checkpoints, temporary files", "fio",
      "tests.bench.dirty_win --learning-share 0.5 --sweep-rounds 1"),
     ("incumbent-dirty-bursts", "dirty ratios: bursts shorter than the carry-over", "fio",
-     "tests.bench.dirty_win --phases stream-burst,wal-commit --learning-share 0.5"),
-    ("incumbent-writeback-capped", "writeback: streams, commits, reads", "fio",
-     "tests.bench.writeback_win --learning-share 0.5"),
+     "tests.bench.dirty_win --phases stream-burst,wal-commit --seconds 6 --train-phase 6 "
+     "--train-seconds 420 --judge-seconds 180 --learning-share 0.5"),
+    ("incumbent-writeback-episode", "writeback: streams, commits, reads", "fio",
+     "tests.bench.writeback_win --seconds 4 --train-seconds 240 --train-phase 15 "
+     "--learning-share 0.5"),
     ("incumbent-queue", "block queue: mixed, sequential, commits", "fio",
      "tests.bench.queue_win"),
     ("incumbent-queue-oltp", "block queue: fast-alternating OLTP and backup", "fio",
