@@ -68,3 +68,13 @@ def test_the_best_static_and_the_oracle_are_taken_over_the_grid_and_the_chosen_s
     assert merged["best_static"] == "x=8"
     assert merged["best_per_phase"] == {"a": "x=1", "b": "x=8"}
     assert abs(merged["oracle_overall"] - 2 / (1 / 1.3 + 1 / 1.2)) < 1e-9
+
+
+def test_the_summary_names_the_best_static_setting_the_evaluation_ran():
+    from tests.bench.fio_win import evaluated_best_static
+
+    two_rounds = {"sweep": {"analysis": {"best_static": "dirty_background_ratio=1"},
+                            "held_out": {"best_static": "dirty_background_ratio=4"}}}
+    one_round = {"sweep": {"analysis": {"best_static": "dirty_background_ratio=1"}}}
+    assert evaluated_best_static(two_rounds) == "dirty_background_ratio=4"
+    assert evaluated_best_static(one_round) == "dirty_background_ratio=1"
