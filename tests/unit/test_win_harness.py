@@ -78,3 +78,19 @@ def test_the_summary_names_the_best_static_setting_the_evaluation_ran():
     one_round = {"sweep": {"analysis": {"best_static": "dirty_background_ratio=1"}}}
     assert evaluated_best_static(two_rounds) == "dirty_background_ratio=4"
     assert evaluated_best_static(one_round) == "dirty_background_ratio=1"
+
+
+def test_a_settled_stretch_starts_after_the_carry_over_and_ends_at_a_change_or_a_gap():
+    import numpy as np
+
+    from tests.bench.settled_stretches import stretches
+
+    settings = np.array([10] * 8 + [4] * 8)
+    objective = np.arange(16, dtype=float)
+    objective[6] = np.nan  # fio's rate unknown for a tick: the stretch breaks there
+    phase = np.array(["bulk"] * 16)
+    found = [list(s) for s in stretches(settings, objective, phase, settle=2)]
+    assert found == [[2, 3, 4, 5], [7], [10, 11, 12, 13, 14, 15]]
+    phase[12:] = "small"  # a phase change ends a stretch as well
+    found = [list(s) for s in stretches(settings, objective, phase, settle=2)]
+    assert found[-2:] == [[10, 11], [12, 13, 14, 15]]
