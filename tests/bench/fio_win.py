@@ -641,7 +641,7 @@ def judge(mdir: Path, seconds: float, run_cycle, knobs: tuple[str, ...]) -> dict
            "efficiency": (mdir / "efficiency").read_text().strip()}
     model = f'model="{mdir.name}"'
     for line in (mdir.parents[2] / "metrics").read_text().splitlines():
-        for name in ("confidence", "pairs"):
+        for name in ("confidence", "pairs", "known"):
             if line.startswith(f"mlfs_model_efficiency_{name}{{") and model in line:
                 out[name] = float(line.rsplit(" ", 1)[1])
     try:  # a diagnostic of the run: its failure must not end the run
@@ -673,8 +673,20 @@ def judged_estimate(mdir: Path, knobs: tuple[str, ...]) -> dict:
                           settle)
     if stats is None:
         return {"efficiency": None, "pairs": 0, "rows": len(judged)}
+    return judged_figures(stats, len(judged))
+
+
+def judged_figures(stats, rows: int) -> dict:
+    """A replayed window's figures, with whether the mode machine could act on them
+    (`modes.efficiency_interval`): an estimate from episodes that mostly straddled a
+    phase change reads a number the mode machine takes as unknown
+    (bench-results/incumbent-dirty-bursts run 1: 4.69, z 9.6, 30 straddled clean ticks
+    against 9 forward and 16 reverse pairs)."""
+    from mlfs.core.models.modes import efficiency_interval
+
     return {"efficiency": round(stats.efficiency, 4), "pairs": stats.ml_ticks,
-            "rows": len(judged)}
+            "reverse": stats.reverse_ticks, "straddled": stats.straddled,
+            "known": efficiency_interval(stats).known, "rows": rows}
 
 
 def replay_judged(rows: list[dict], model: str, goal: str, settle: dict[str, int],
@@ -687,6 +699,13 @@ def replay_judged(rows: list[dict], model: str, goal: str, settle: dict[str, int
     history = replay(sorted(rows, key=lambda r: r["tick"]), model, goal,
                      ModeConfig().window_ticks, settle=settle, on_pair=on_pair)
     return history[-1][1] if history else None
+
+
+def judged_text(judged: dict) -> str:
+    """The efficiency file's judged figure, marked where the mode machine took it as
+    unknown (its `mlfs_model_efficiency_known` read 0)."""
+    text = str(judged.get("efficiency"))
+    return text + " (unknown to the mode machine)" if judged.get("known") == 0 else text
 
 
 def evaluated_best_static(run: dict) -> str:
@@ -727,7 +746,7 @@ def report(results: list[dict]) -> str:
     lines.append("efficiency file after training: " + ", ".join(
                      str(res.get("training", {}).get("efficiency")) for res in results)
                  + "; judged in collaboration: " + ", ".join(
-                     str(res.get("judged", {}).get("efficiency")) for res in results)
+                     judged_text(res.get("judged", {})) for res in results)
                  + " (the judged stretch alone: " + ", ".join(
                      str(res.get("judged", {}).get("judged_only", {}).get("efficiency"))
                      for res in results) + "); after the evaluation: " + ", ".join(

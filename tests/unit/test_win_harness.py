@@ -94,3 +94,18 @@ def test_a_settled_stretch_starts_after_the_carry_over_and_ends_at_a_change_or_a
     phase[12:] = "small"  # a phase change ends a stretch as well
     found = [list(s) for s in stretches(settings, objective, phase, settle=2)]
     assert found[-2:] == [[10, 11], [12, 13, 14, 15]]
+
+
+def test_a_judged_efficiency_from_straddling_episodes_is_shown_as_unknown():
+    from mlfs.core.models.efficiency import EfficiencyStats
+    from tests.bench.fio_win import judged_figures, judged_text
+
+    # bench-results/incumbent-dirty-bursts run 1's judged stretch, replayed
+    straddling = EfficiencyStats(efficiency=4.694, confidence=8.92, ml_ticks=9,
+                                 default_ticks=51, baseline=9.3, reverse_ticks=16,
+                                 episodes=5, straddled=30)
+    figures = judged_figures(straddling, rows=191)
+    assert figures["known"] is False and figures["straddled"] == 30
+    assert judged_text({"efficiency": "4.694", "known": 0.0}) == \
+        "4.694 (unknown to the mode machine)"
+    assert judged_text({"efficiency": "1.020", "known": 1.0}) == "1.020"
