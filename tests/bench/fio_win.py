@@ -431,12 +431,11 @@ def one_run(args: argparse.Namespace, n: int, log: logging.Logger) -> dict:
             values = sweep_in(sweep_args, device, mnt)
             analysis = sweeps.analyse({"phases": phases, "values": values})
             out["sweep"] = {"values": values, "analysis": analysis}
-            best_label = analysis["best_static"]
             rounds = rounds_of(values)
             if len(rounds) >= 2:  # chosen on the even rounds, measured on the odd ones
                 found = out["sweep"]["held_out"] = held_out(rounds, phases, "default")
-                best_label = found["best_static"]
                 print(f"run {n}: sweep held out: {held_out_text(found)}", flush=True)
+            best_label = evaluated_best_static(out)
             best = next(s for s in win_settings(args.candidate, device)
                         if sweeps.label(s) == best_label)
             print(f"run {n}: sweep: best static {best_label} "

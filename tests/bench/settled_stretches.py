@@ -17,19 +17,23 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import re
 import sys
 import tarfile
 
 import numpy as np
 import pyarrow.parquet as pq
+from mlfs.backends.linux.vm import SPECS
 
-KNOB = "knob_dirty_background_ratio"
+from mlfs.abi import knob_column
+
+NAME = "dirty_background_ratio"
+KNOB = knob_column(NAME)
 #: the checkpoint phase writes in 1 MiB calls, temporary files in 64 KiB ones
 PHASE_FEATURE, BULK_KB = "bulk_write_kb_per_call", 512
-#: the dirty ratios' carry-over (linux.vm's settle_ticks): rows before it are unsettled
-SETTLE_TICKS = 5
-DEFAULT = 10
+#: the knob's carry-over (linux.vm's table): rows before it are unsettled
+SETTLE_TICKS = SPECS[NAME].settle_ticks
 
 
 def stretches(settings: np.ndarray, objective: np.ndarray, phase: np.ndarray,
@@ -50,7 +54,9 @@ def stretches(settings: np.ndarray, objective: np.ndarray, phase: np.ndarray,
     return [np.array(s) for s in out]
 
 
-def describe(table, label: str) -> list[str]:
+def describe(table, label: str, default: int) -> list[str]:
+    """The lines for one run's training rows; `default`: the knob's value before the run
+    (the run's `original`)."""
     frame = table.to_pandas()
     settings = frame[KNOB].to_numpy()
     objective = frame["objective"].to_numpy(dtype=float)
@@ -59,12 +65,12 @@ def describe(table, label: str) -> list[str]:
     found = stretches(settings, objective, phase)
     for name in ("bulk", "small"):
         mine = [s for s in found if phase[s[0]] == name]
-        default = [s for s in mine if settings[s[0]] == DEFAULT]
-        if not default:
+        baseline = [s for s in mine if settings[s[0]] == default]
+        if not baseline:
             continue
-        ticks = np.concatenate([objective[s] for s in default])
-        means = np.array([objective[s].mean() for s in default])
-        pairs = [(objective[s][:-1], objective[s][1:]) for s in default if len(s) > 1]
+        ticks = np.concatenate([objective[s] for s in baseline])
+        means = np.array([objective[s].mean() for s in baseline])
+        pairs = [(objective[s][:-1], objective[s][1:]) for s in baseline if len(s) > 1]
         a = np.concatenate([p[0] for p in pairs]) - ticks.mean()
         b = np.concatenate([p[1] for p in pairs]) - ticks.mean()
         cells = []
@@ -94,9 +100,12 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{path}: no run<N>-train.parquet", file=sys.stderr)
                     return 2
                 for name in members:
+                    run = json.loads(tar.extractfile(
+                        name.replace("-train.parquet", ".json")).read())
                     data = tar.extractfile(name).read()
-                    print("\n".join(describe(pq.read_table(io.BytesIO(data)), name)))
-        except (OSError, tarfile.TarError) as exc:
+                    print("\n".join(describe(pq.read_table(io.BytesIO(data)), name,
+                                              int(run["original"][NAME]))))
+        except (OSError, tarfile.TarError, KeyError, ValueError) as exc:
             print(f"{path}: {exc}", file=sys.stderr)
             return 2
     return 0
