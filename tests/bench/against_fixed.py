@@ -31,12 +31,15 @@ from dataclasses import dataclass
 
 from tests.bench import scoring
 
-#: (folder in bench-results/, experiment, how its runs are stored, command)
+#: (folder in bench-results/, experiment, how its runs are stored, command: every option
+#: that differs from the bench's defaults, as `command_differs` checks against the options
+#: the runs stored, but `--runs`, `--seed` and where the outputs go)
 EXPERIMENTS = (
     ("incumbent-readahead-share05", "read-ahead, files reopened", "readahead",
-     "tests.bench.readahead_win --train-seconds 180 --learning-share 0.5"),
+     "tests.bench.readahead_win --file-mib 512 --memory-mib 64 --phase-seconds 2 "
+     "--cycles 2 --grid 0,32,128,512,2048 --train-seconds 180 --learning-share 0.5"),
     ("incumbent-readahead-fio", "read-ahead, files kept open", "fio",
-     "tests.bench.readahead_fio_win"),
+     "tests.bench.readahead_fio_win --seconds 4 --train-seconds 180 --train-phase 4"),
     ("incumbent-dirty", "dirty ratios: checkpoints, temporary files", "fio",
      "tests.bench.dirty_win --learning-share 0.5 --sweep-rounds 1"),
     ("incumbent-dirty-bursts", "dirty ratios: bursts shorter than the carry-over", "fio",
@@ -46,10 +49,15 @@ EXPERIMENTS = (
      "tests.bench.writeback_win --seconds 4 --train-seconds 240 --train-phase 15 "
      "--learning-share 0.5"),
     ("incumbent-queue", "block queue: mixed, sequential, commits", "fio",
-     "tests.bench.queue_win"),
+     "tests.bench.queue_win --seconds 4 --train-seconds 180 --train-phase 5"),
     ("incumbent-queue-oltp", "block queue: fast-alternating OLTP and backup", "fio",
-     "tests.bench.queue_win --phases oltp,backup-read"),
+     "tests.bench.queue_win --phases oltp,backup-read --seconds 3 --train-seconds 180 "
+     "--train-phase 3"),
 )
+#: a run's stored options that say how many runs there were, which one this is or where
+#: the outputs went, not what was measured
+BOOKKEEPING = frozenset({"runs", "seed", "json", "json_dir", "keep_pairs", "verbose",
+                         "quick"})
 #: the targets (issue 53)
 VS_BEST_TARGET = 0.98
 VS_DEFAULT_TARGET = 1.00
@@ -81,6 +89,29 @@ def fio_score(run: dict) -> RunScore:
     if held is None:  # `--sweep-rounds 1`: the best static is still held out (measured
         return RunScore(mlfs, mlfs / best, None)  # in the evaluation), the oracle is not
     return RunScore(mlfs, mlfs / best, held["oracle_held_out"] / held["best_static_held_out"])
+
+
+def command_differs(command: str, stored: dict) -> dict[str, tuple]:
+    """The options where an experiment's `command`, parsed as its bench parses it, and
+    one run's `stored` options differ ({} when the command reproduces the run).  README's
+    read-ahead command said `--train-seconds 180 --learning-share 0.5` while the runs had
+    a 512 MiB file, a 64 MiB cgroup and 2 s visits: run as printed, it measured another
+    experiment.  Options a run does not store (older runs, or an option added since) are
+    not compared."""
+    module, *argv = command.split()
+    if module == "tests.bench.readahead_win":
+        from tests.bench import readahead_win
+        parsed = vars(readahead_win.parse_args(argv))
+    else:
+        from tests.bench import fio_win
+        parsed = vars(fio_win.parse_args(stored["candidate"], argv))
+    return {name: (parsed.get(name), value) for name, value in stored.items()
+            if name not in BOOKKEEPING and _plain(parsed.get(name)) != _plain(value)}
+
+
+def _plain(value: object) -> object:
+    """An option as JSON keeps it (a tuple comes back a list)."""
+    return list(value) if isinstance(value, tuple) else value
 
 
 def readahead_score(data: dict) -> RunScore:

@@ -560,9 +560,10 @@ def experiment(args: argparse.Namespace) -> int:
         {ra: {k: round(v, 1) for k, v in row.items()} for ra, row in sweep.items()}))
     print(f"mlfs: {json.dumps(info)}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"commit": commit, "results": results,
-                                               "sweep": sweep, "best": best, "mlfs": info},
-                                              indent=1))
+        stored = {k: v for k, v in vars(args).items() if k not in ("json", "keep_pairs")}
+        Path(args.json).write_text(json.dumps({"commit": commit, "args": stored,
+                                               "results": results, "sweep": sweep,
+                                               "best": best, "mlfs": info}, indent=1))
     return 0 if ok else 1
 
 
@@ -575,6 +576,22 @@ def main(argv: list[str] | None = None) -> int:
         raise KeyboardInterrupt  # SIGTERM too runs the clean-up (restore, umount, detach)
 
     signal.signal(signal.SIGTERM, interrupted)
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if os.geteuid() != 0:
+        print("readahead_win: needs root (loop devices, mount, cgroups)", file=sys.stderr)
+        return 2
+    why = fuse_unavailable() or tracer_unavailable()
+    if why:
+        print(f"readahead_win: {why}", file=sys.stderr)
+        return 2
+    return experiment(args)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The run's options, `--quick` applied (README's table parses its command with this
+    to check it against the options a run stored: `against_fixed.command_differs`)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smaller run, < 6 minutes")
     parser.add_argument("--file-mib", type=int, default=1024)
@@ -621,16 +638,7 @@ def main(argv: list[str] | None = None) -> int:
         args.train_seconds, args.train_phase = 120.0, 4.0
     if args.default_kb is not None and args.default_kb < 0:
         args.default_kb = None
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    if os.geteuid() != 0:
-        print("readahead_win: needs root (loop devices, mount, cgroups)", file=sys.stderr)
-        return 2
-    why = fuse_unavailable() or tracer_unavailable()
-    if why:
-        print(f"readahead_win: {why}", file=sys.stderr)
-        return 2
-    return experiment(args)
+    return args
 
 
 if __name__ == "__main__":

@@ -873,12 +873,18 @@ def fixed_table(out: Outputs | None = None) -> str:
     archived in each of its experiments' folders."""
     out = out or Outputs()
     scored = {}
-    for folder, _, stored, _ in against_fixed.EXPERIMENTS:
+    for folder, _, stored, command in against_fixed.EXPERIMENTS:
         runs = sorted(out.glob(f"{folder}/run*.json"),
                       key=lambda p: int(Path(p).stem.removeprefix("run")))
         score = against_fixed.readahead_score if stored == "readahead" \
             else against_fixed.fio_score
         data = [out.json(r) for r in runs]
+        for path, run in zip(runs, data, strict=True):
+            differs = against_fixed.command_differs(command, run["args"]) \
+                if "args" in run else {}
+            if differs:
+                raise ValueError(f"{path}: README's command for it differs from the options "
+                                 f"the run stored (command, run): {differs}")
         scored[folder] = ([score(d) for d in data],
                           [d["commit"] for d in data if d.get("commit")])
     return "\n".join([

@@ -167,3 +167,28 @@ def test_a_loose_output_goes_to_its_experiments_archive() -> None:
     assert results.archive_of("dirty-win-12/run1.json") == "bench-results/dirty-win-12.tar.xz"
     assert results.archive_of("kmsg-dedup.txt") == "bench-results/kmsg-dedup.tar.xz"
     assert results.archive_of("bio-capture-runs/x.py") == "bench-results/bio-capture.tar.xz"
+
+
+def test_the_against_fixed_commands_are_the_options_their_runs_stored() -> None:
+    """README's table prints one command per experiment; every archived run that stored its
+    options must be what that command runs (`against_fixed.command_differs`), and the
+    table is not written when one is not."""
+    from tests.bench import against_fixed, fio_win, readahead_win
+
+    checked = 0
+    out = results.Outputs()
+    for folder, _, _, command in against_fixed.EXPERIMENTS:
+        for path in out.glob(f"{folder}/run*.json"):
+            run = out.json(path)
+            if "args" in run:
+                assert against_fixed.command_differs(command, run["args"]) == {}, path
+                checked += 1
+    assert checked >= 12  # the fio_win runs of five experiments store their options
+    stored = vars(fio_win.parse_args("queue", ["--phases", "oltp,backup-read",
+                                               "--seconds", "3"]))
+    assert against_fixed.command_differs("tests.bench.queue_win --seconds 3", stored) == {
+        "phases": (None, ("oltp", "backup-read"))}
+    stored = vars(readahead_win.parse_args(["--quick"]))
+    assert set(against_fixed.command_differs("tests.bench.readahead_win", stored)) == {
+        "file_mib", "memory_mib", "phase_seconds", "cycles", "repeats", "grid",
+        "train_seconds"}
