@@ -129,9 +129,31 @@ def test_the_bandit_probes_undecided_arms_and_holds_one_for_an_episode():
     feed(incumbent, {2: 1.0}, 5, rng, start=3000)  # the probe's arm changes standing...
     # ...but the episode under way keeps its setting
     assert incumbent.decide(5001, "learning", ["x"], has_policy=False) == {"x": 2}
-    # a model with a policy is not probed by the proxy; collaboration is not either
-    assert incumbent.decide(5002, "learning", ["x"], has_policy=True) is None
+    # collaboration is not probed
     assert incumbent.decide(5003, "collaboration", ["x"], has_policy=False) is None
+
+
+def test_with_a_policy_in_learning_the_bandit_probes_every_other_episode():
+    """A policy uploaded within seconds took every episode from the bandit, and its arms
+    grew only from the trainer's explorations (issue 53's read-ahead runs): with a policy
+    the ML episodes alternate, the policy's and the bandit's, a whole episode each."""
+    incumbent = fresh()
+    rng = random.Random(9)
+    feed(incumbent, {2: 1.25}, 2, rng)  # undecided: two episodes
+    episodes = [[incumbent.decide(t, "learning", ["x"], has_policy=True)
+                 for t in (start, start + 1)] for start in range(100, 160, 10)]
+    for ticks in episodes:
+        assert ticks[0] == ticks[1], "an episode runs one setting throughout"
+    runs = [ticks[0] for ticks in episodes]
+    assert runs[::2] in ([None] * 3, [{"x": 2}] * 3)
+    assert {str(r) for r in runs[::2]} != {str(r) for r in runs[1::2]}
+    assert runs.count(None) == 3
+    # with every arm decided there is nothing to probe: the policy runs every episode
+    decided = fresh()
+    feed(decided, {2: 1.3, 3: 0.5}, 20, rng)
+    assert decided.next_arm() is None
+    assert all(decided.decide(t, "learning", ["x"], has_policy=True) is None
+               for t in range(200, 260, 10))
 
 
 def _stats(efficiency: float, confidence: float) -> EfficiencyStats:
