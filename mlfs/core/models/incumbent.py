@@ -60,6 +60,9 @@ MIN_EPISODE_SE = 0.01
 DUEL_TICKS = 5
 #: feedback rows' `efficiency_vs_incumbent` reads an incumbent at most this many pairs old
 REFRESH_PAIRS = 50
+#: pinned in recommendation, a fixed setting other than the default runs at most this
+#: many ML ticks on one reading of the level before a default tick reads it again
+LEVEL_AGE_TICKS = 16
 
 
 @dataclass(frozen=True)
@@ -186,6 +189,10 @@ class Incumbent:
         #: the bandit's
         self._episodes = 0
         self._last_ml_tick: int | None = None
+        #: pinned: the level read (`SafeSet.level_reads`) the incumbent last ran on, and
+        #: the first ML tick after it (`LEVEL_AGE_TICKS`)
+        self._read_seen = -1
+        self._read_tick = 0
 
     @staticmethod
     def _bucket(level: float) -> int:
@@ -281,7 +288,7 @@ class Incumbent:
         if mode != "recommendation":
             return None
         if not promoted:
-            return self.pinned(controlled, has_policy)
+            return self.pinned(controlled, has_policy, tick)
         if self._stale_read == self.safe.level_reads:
             return None
         standing = self.standing()
@@ -299,7 +306,8 @@ class Incumbent:
             return None
         return {name: knobs[name] for name in controlled}
 
-    def pinned(self, controlled: list[str], has_policy: bool) -> dict[str, KnobValue]:
+    def pinned(self, controlled: list[str], has_policy: bool, tick: int = 0
+               ) -> dict[str, KnobValue]:
         """Pinned recommendation's tick: None where the policy is proven here, else the
         incumbent's setting of the `controlled` knobs, or `{}` (the default) where no
         fixed setting beats it, where that setting does not name every controlled knob,
@@ -307,13 +315,27 @@ class Incumbent:
         (`ran`): a default tick reads the workload's level again (pinned at
         `recommendation_probe` 0 there are no others, and a policy proven on a
         sequential scan ran its 512 KiB of read-ahead on into the mmap phase after it,
-        x0.37 there)."""
-        if self._stale_read == self.safe.level_reads:
+        x0.37 there).
+
+        A fixed setting also hands over to a default tick after `LEVEL_AGE_TICKS` ML
+        ticks on one reading of the level: a setting that moves the objective a lot can
+        read on the next phase what it read on its own, and nothing then says the
+        workload moved.  4 KiB of read-ahead, proven x3.2 on an mmap phase (18.8 MiB/s
+        by default), read the same ~60 MiB/s on the sequential scan after it and ran
+        there for a whole visit, x0.29 the default (issue 53's read-ahead run at
+        579f6f6)."""
+        reads = self.safe.level_reads
+        if reads != self._read_seen:
+            self._read_seen, self._read_tick = reads, tick
+        if self._stale_read == reads:
             return {}  # a default tick: the level again
         standing = self.standing()
         if has_policy and standing.policy_holds_here:
             return None
         if standing.incumbent is None:
+            return {}
+        if tick - self._read_tick >= LEVEL_AGE_TICKS:
+            self._stale_read = reads
             return {}
         knobs = standing.incumbent.knobs
         if not all(name in knobs for name in controlled):
