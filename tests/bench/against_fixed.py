@@ -35,10 +35,10 @@ from tests.bench import scoring
 #: that differs from the bench's defaults, as `command_differs` checks against the options
 #: the runs stored, but `--runs`, `--seed` and where the outputs go)
 EXPERIMENTS = (
-    ("incumbent-readahead-share05", "read-ahead, files reopened", "readahead",
+    ("incumbent-readahead-level-age", "read-ahead, files reopened", "readahead",
      "tests.bench.readahead_win --file-mib 512 --memory-mib 64 --phase-seconds 2 "
      "--cycles 2 --grid 0,32,128,512,2048 --train-seconds 180 --learning-share 0.5"),
-    ("incumbent-readahead-fio", "read-ahead, files kept open", "fio",
+    ("incumbent-readahead-fio-probes", "read-ahead, files kept open", "fio",
      "tests.bench.readahead_fio_win --seconds 4 --train-seconds 180 --train-phase 4"),
     ("incumbent-dirty", "dirty ratios: checkpoints, temporary files", "fio",
      "tests.bench.dirty_win --learning-share 0.5 --sweep-rounds 1"),
@@ -50,7 +50,7 @@ EXPERIMENTS = (
      "--learning-share 0.5"),
     ("incumbent-queue", "block queue: mixed, sequential, commits", "fio",
      "tests.bench.queue_win --seconds 4 --train-seconds 180 --train-phase 5"),
-    ("incumbent-queue-oltp", "block queue: fast-alternating OLTP and backup", "fio",
+    ("incumbent-queue-oltp-probes", "block queue: fast-alternating OLTP and backup", "fio",
      "tests.bench.queue_win --phases oltp,backup-read --seconds 3 --train-seconds 180 "
      "--train-phase 3"),
 )
